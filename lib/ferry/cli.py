@@ -1,0 +1,144 @@
+"""What every job shares at the edges: argument parsing, one-line errors and exit codes,
+output as table/json/csv, and progress on stderr.
+
+Exit codes: 0 the run did all it was asked; 1 it did not (a group refused, a partition not
+resolved, a cluster failing mid-run); 2 usage or config errors. Errors are one line on stderr;
+`--verbose` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad arguments or config: exit code 2."""
+
+
+class FerryError(Exception):
+    """The run could not do what it was asked: exit code 1."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
+    parser.add_argument("--config", help="YAML config file (see conf/)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set matching.context=8 (repeatable)",
+    )
+    if output:
+        parser.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks and Spark logs")
+
+
+_WRAPPED = re.compile(
+    r"(?:KafkaReadError|ClusterError|FerryError|OffsetsDecodeError|ConfigError)"
+    r": (?P<msg>[^\n]+)"
+)
+
+
+def one_line(exc: BaseException) -> str:
+    """The message a user needs; digs our own errors out of Spark's wrapped exceptions."""
+    text = str(exc)
+    match = _WRAPPED.search(text)
+    if match:
+        return match.group("msg").strip()
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first[:500]
+
+
+def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> int:
+    """Call a job's main and turn exceptions into one-line errors and exit codes."""
+    from ferry.config import ConfigError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in args
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except (UsageError, ConfigError) as exc:
+        if verbose:
+            traceback.print_exc()
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the whole point is a clean one-line error
+        if verbose:
+            traceback.print_exc()
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+
+
+class Progress:
+    """Timestamped progress lines on stderr (stdout stays clean for -o json/csv)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.start = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            print(f"[{time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> str:
+    """Rows as an aligned table, a JSON array, or CSV with a header."""
+    data = [{c: _plain(r.get(c)) for c in columns} for r in rows]
+    if fmt == "json":
+        return json.dumps(data, indent=2, default=str) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(data)
+        return buf.getvalue()
+    cells = [[("-" if r[c] is None else str(r[c])) for c in columns] for r in data]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> None:
+    sys.stdout.write(render(rows, columns, fmt))
+    sys.stdout.flush()

