@@ -337,6 +337,24 @@ def alter_offsets(cluster: Cluster, group: str, offsets: Mapping[TopicPartitionK
     verify_offsets(cluster, group, offsets)
 
 
+class GroupActiveError(ClusterError):
+    """A group has members (or is rebalancing); Ferry never moves an active group."""
+
+
+def commit_if_inactive(
+    cluster: Cluster, group: str, offsets: Mapping[TopicPartitionKey, int]
+) -> None:
+    """Commit a whole group's offsets in one request, only if the group is Empty or Dead right
+    now, then verify by reading back. The state is checked here, immediately before writing,
+    because some brokers accept commits for active groups and the consumers would overwrite
+    (or be confused by) what was written.
+    """
+    info = describe_groups(cluster, [group])[group]
+    if not info.is_inactive:
+        raise GroupActiveError(f"{cluster.name}: group {group} is {info.state}, not Empty; refused")
+    alter_offsets(cluster, group, offsets)
+
+
 def verify_offsets(cluster: Cluster, group: str, expected: Mapping[TopicPartitionKey, int]) -> None:
     actual = committed_offsets(cluster, [group])[group]
     wrong = [(k, v, actual.get(k)) for k, v in sorted(expected.items()) if actual.get(k) != v]

@@ -1,0 +1,97 @@
+"""Undo a run: write back the offsets a group had before a `migrate`, `copy` or `reset` run.
+
+Rollback reads the run's committed rows from the ledger, and for each group — only if it is
+Empty or Dead right now — commits the recorded previous offsets in one request. Partitions the
+group had no offset for before the run cannot be un-committed one by one through the Admin API;
+when that holds for every partition of a group, the group is deleted (it did not exist before
+the run), otherwise the rollback of that group is reported as incomplete.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+
+from ferry import kafka_admin, ledger
+from ferry.kafka_admin import Cluster
+
+
+@dataclass
+class RollbackGroup:
+    group: str
+    restore: dict[tuple[str, int], int]  # partitions that had an offset before the run
+    unset: list[tuple[str, int]]  # partitions that had none
+    run_offsets: dict[tuple[str, int], int]  # what the run wrote
+
+
+def rollback_plan(ledger_df: DataFrame, run_id: str) -> list[RollbackGroup]:
+    """The groups the run changed, with their previous offsets (collected: one row per
+    partition the run committed)."""
+    rows = ledger.filter_run_commits(ledger_df, run_id).collect()
+    groups: dict[str, RollbackGroup] = {}
+    for r in rows:
+        g = groups.setdefault(r.group, RollbackGroup(r.group, {}, [], {}))
+        tp = (r.topic, r.partition)
+        g.run_offsets[tp] = r.new_offset
+        if r.previous_offset is None:
+            g.unset.append(tp)
+        else:
+            g.restore[tp] = r.previous_offset
+    return [groups[k] for k in sorted(groups)]
+
+
+def apply_rollback(
+    cluster: Cluster,
+    plan: list[RollbackGroup],
+    execute: bool,
+    progress: Callable[[str], None],
+) -> tuple[list[dict], dict[str, str | None]]:
+    """Returns (ledger rows, group -> error or None)."""
+    rows: list[dict] = []
+    errors: dict[str, str | None] = defaultdict(lambda: None)
+    for g in plan:
+        committed = False
+        error = None
+        current = kafka_admin.committed_offsets(cluster, [g.group])[g.group]
+        if execute:
+            try:
+                if g.restore and g.unset:
+                    error = (
+                        f"group {g.group}: {len(g.unset)} partitions had no offset before the run "
+                        "and cannot be un-committed; restored the others"
+                    )
+                if g.restore:
+                    kafka_admin.commit_if_inactive(cluster, g.group, g.restore)
+                    committed = True
+                elif g.unset:
+                    info = kafka_admin.describe_groups(cluster, [g.group])[g.group]
+                    if not info.is_inactive:
+                        raise kafka_admin.GroupActiveError(
+                            f"{cluster.name}: group {g.group} is {info.state}, not Empty; refused"
+                        )
+                    err = kafka_admin.delete_groups(cluster, [g.group])[g.group]
+                    if err:
+                        raise kafka_admin.ClusterError(f"deleting group {g.group}: {err}")
+                    committed = True
+                progress(f"rolled back {g.group}")
+            except kafka_admin.ClusterError as exc:
+                error = str(exc)
+        errors[g.group] = error
+        for tp in sorted(set(g.restore) | set(g.unset)):
+            rows.append(
+                {
+                    "cluster": cluster.conf.get("bootstrap.servers"),
+                    "group": g.group,
+                    "topic": tp[0],
+                    "partition": tp[1],
+                    "previous_offset": current.get(tp),
+                    "new_offset": g.restore.get(tp),
+                    "status": "RESTORED" if tp in g.restore else "UNSET",
+                    "is_committed": committed,
+                    "message": error,
+                }
+            )
+    return rows, dict(errors)

@@ -1,0 +1,39 @@
+"""Run a job's main() in-process on the shared test Spark session, capturing its output."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_modules: dict[str, object] = {}
+
+
+@dataclass
+class JobResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def load_job(name: str):  # noqa: ANN201
+    if name not in _modules:
+        path = ROOT / "jobs" / f"{name.replace('-', '_')}.py"
+        spec = importlib.util.spec_from_file_location(f"ferry_job_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        _modules[name] = module
+    return _modules[name]
+
+
+def run_job(name: str, *argv: str) -> JobResult:
+    from ferry.cli import run
+
+    module = load_job(name)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(module.main, [str(a) for a in argv])
+    return JobResult(code, out.getvalue(), err.getvalue())
