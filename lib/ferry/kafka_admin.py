@@ -167,7 +167,8 @@ def first_records_at(
             if time.monotonic() > deadline:
                 missing = ", ".join(f"{t}[{p}]" for t, p in sorted(set(positions) - set(found))[:3])
                 raise ClusterError(f"{cluster.name}: timed out reading {missing}")
-            for msg in consumer.consume(num_messages=500, timeout=0.2):
+            # consume() waits for num_messages or the timeout: ask for what is still missing.
+            for msg in consumer.consume(num_messages=len(positions) - len(found), timeout=0.05):
                 key = (msg.topic(), msg.partition())
                 if key in found or key not in positions:
                     continue

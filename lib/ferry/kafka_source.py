@@ -12,6 +12,8 @@ Options (all strings, as Spark passes them):
     ranges                    JSON list of [topic, partition, start, end]
     cluster                   a name for error messages (default: bootstrap servers)
     maxRecordsPerPartition    split ranges so no task reads more offsets (default 50000)
+    minPartitions             small ranges share a task while there are at least this many
+                              tasks (default 1; read_ranges passes 2 × default parallelism)
     timeoutMs                 fail a task that makes no progress for this long (default 30000)
     hash                      comma list of key,value,headers: adds a `sha256` column
                               (see ferry.hashing for the encoding)
@@ -80,27 +82,46 @@ class OffsetRange:
 
 @dataclass
 class RangePartition(InputPartition):
-    """One Spark task: read offsets [start, end) of one topic partition."""
+    """One Spark task: read these offset ranges, one after the other, with one consumer."""
 
-    topic: str
-    partition: int
-    start: int
-    end: int
+    ranges: list[OffsetRange]
 
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+    def __init__(self, ranges: list[OffsetRange]) -> None:
         super().__init__(None)
-        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+        self.ranges = ranges
+
+    @property
+    def size(self) -> int:
+        return sum(r.end - r.start for r in self.ranges)
 
 
-def plan_partitions(ranges: Sequence[OffsetRange], max_records: int) -> list[RangePartition]:
-    """Split ranges so no task reads more than `max_records` offsets; empty ranges vanish."""
-    planned: list[RangePartition] = []
+def plan_partitions(
+    ranges: Sequence[OffsetRange], max_records: int, min_partitions: int = 1
+) -> list[RangePartition]:
+    """Plan tasks: a range larger than `max_records` offsets is split; small ranges share a
+    task (Spark's per-task cost would otherwise dwarf reading a few records) while there are
+    still at least `min_partitions` tasks. Empty ranges vanish."""
+    pieces: list[OffsetRange] = []
     for r in ranges:
         start = max(r.start, 0)
         while start < r.end:
             end = min(start + max_records, r.end)
-            planned.append(RangePartition(r.topic, r.partition, start, end))
+            pieces.append(OffsetRange(r.topic, r.partition, start, end))
             start = end
+    total = sum(p.end - p.start for p in pieces)
+    cap = min(max_records, max(1, -(-total // max(1, min_partitions))))
+    planned: list[RangePartition] = []
+    current: list[OffsetRange] = []
+    size = 0
+    for piece in sorted(pieces, key=lambda p: (p.topic, p.partition, p.start)):
+        n = piece.end - piece.start
+        if current and size + n > cap:
+            planned.append(RangePartition(current))
+            current, size = [], 0
+        current.append(piece)
+        size += n
+    if current:
+        planned.append(RangePartition(current))
     return planned
 
 
@@ -153,20 +174,20 @@ class KafkaRangesReader(DataSourceReader):
         self.ignore_headers = json.loads(
             options.get("hashignoreheaders", options.get("hashIgnoreHeaders", "[]"))
         )
+        self.min_partitions = int(options.get("minpartitions", options.get("minPartitions", 1)))
         self.columns = [f.name for f in schema.fields]
         self.schema = schema
 
     def partitions(self) -> list[RangePartition]:
-        return plan_partitions(self.ranges, self.max_records)
+        return plan_partitions(self.ranges, self.max_records, self.min_partitions)
 
     def read(self, partition: RangePartition) -> Iterator:
         # Imported here so the reader pickles without the client library on the driver path.
         import pyarrow as pa
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import Consumer
 
         from ferry.hashing import record_hasher
 
-        where = f"{self.cluster} {partition.topic}[{partition.partition}]"
         last_error: list[str] = []
         conf = {
             **self.client_conf,
@@ -183,73 +204,103 @@ class KafkaRangesReader(DataSourceReader):
         conf.setdefault("fetch.max.bytes", 64 * 1024 * 1024)
         conf.setdefault("log_level", 0)
         hasher = record_hasher(self.hash_fields, self.ignore_headers) if self.hash_fields else None
-        want = set(self.columns)
         arrow_schema = _arrow_schema(self.schema)
-        cols: dict[str, list] = {c: [] for c in self.columns}
-        size = 0
+        batch = _Batch(self.columns)
         consumer = Consumer(conf)
         try:
-            consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
-            last_progress = time.monotonic()
-            done = False
-            while not done:
-                messages = consumer.consume(num_messages=_BATCH_ROWS, timeout=0.2)
-                if messages:
-                    last_progress = time.monotonic()
-                elif (time.monotonic() - last_progress) * 1000 > self.timeout_ms:
-                    detail = f": {last_error[-1]}" if last_error else ""
-                    raise KafkaReadError(
-                        f"timed out after {self.timeout_ms} ms reading {where} "
-                        f"at offset {partition.start}{detail}"
-                    )
-                for msg in messages:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            done = True
-                            break
-                        raise KafkaReadError(f"error reading {where}: {err}")
-                    offset = msg.offset()
-                    if offset >= partition.end:
-                        done = True
-                        break
-                    if offset < partition.start:
-                        continue
-                    ts_type, ts = msg.timestamp()
-                    key, value, headers = msg.key(), msg.value(), msg.headers()
-                    cols_append = cols  # local alias: this loop is the hot path
-                    if "topic" in want:
-                        cols_append["topic"].append(partition.topic)
-                    if "partition" in want:
-                        cols_append["partition"].append(partition.partition)
-                    if "offset" in want:
-                        cols_append["offset"].append(offset)
-                    if "timestamp" in want:
-                        cols_append["timestamp"].append(ts * 1000 if ts_type else None)
-                    if "timestamp_type" in want:
-                        cols_append["timestamp_type"].append(ts_type - 1)
-                    if "key" in want:
-                        cols_append["key"].append(key)
-                    if "value" in want:
-                        cols_append["value"].append(value)
-                    if "headers" in want:
-                        cols_append["headers"].append(
-                            [{"key": k, "value": v} for k, v in headers] if headers else None
-                        )
-                    if hasher is not None:
-                        cols_append["sha256"].append(hasher(key, value, headers))
-                    size += (len(value) if value else 0) + (len(key) if key else 0) + 64
-                    if offset >= partition.end - 1:
-                        done = True
-                        break
-                if size >= _BATCH_BYTES or len(cols[self.columns[0]]) >= _BATCH_ROWS * 4:
-                    yield pa.RecordBatch.from_pydict(cols, schema=arrow_schema)
-                    cols = {c: [] for c in self.columns}
-                    size = 0
+            for offset_range in partition.ranges:
+                for _ in self._read_range(consumer, offset_range, hasher, batch, last_error):
+                    yield pa.RecordBatch.from_pydict(batch.take(), schema=arrow_schema)
         finally:
             consumer.close()
-        if cols[self.columns[0]]:
-            yield pa.RecordBatch.from_pydict(cols, schema=arrow_schema)
+        if batch.rows:
+            yield pa.RecordBatch.from_pydict(batch.take(), schema=arrow_schema)
+
+    def _read_range(self, consumer, r: OffsetRange, hasher, batch, last_error) -> Iterator[None]:  # noqa: ANN001
+        """Append the range's records to `batch`; yields whenever the batch should be flushed."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        where = f"{self.cluster} {r.topic}[{r.partition}]"
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
+        last_progress = time.monotonic()
+        next_offset = r.start
+        while next_offset < r.end:
+            # consume() waits until it has num_messages or the timeout passes: ask for no more
+            # than the range still holds, so small ranges return at once.
+            wanted = max(1, min(_BATCH_ROWS, r.end - next_offset))
+            messages = consumer.consume(num_messages=wanted, timeout=0.05)
+            if messages:
+                last_progress = time.monotonic()
+            elif (time.monotonic() - last_progress) * 1000 > self.timeout_ms:
+                detail = f": {last_error[-1]}" if last_error else ""
+                raise KafkaReadError(
+                    f"timed out after {self.timeout_ms} ms reading {where} "
+                    f"at offset {next_offset}{detail}"
+                )
+            for msg in messages:
+                if msg.topic() != r.topic or msg.partition() != r.partition:
+                    continue  # left over from the previous range's assignment
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return  # the partition ends before the range does
+                    raise KafkaReadError(f"error reading {where}: {err}")
+                offset = msg.offset()
+                if offset >= r.end:
+                    return
+                if offset < next_offset:
+                    continue
+                next_offset = offset + 1
+                batch.add(r, msg, hasher)
+                if batch.is_full():
+                    yield
+
+
+class _Batch:
+    """Column lists for one Arrow record batch, bounded in rows and bytes."""
+
+    def __init__(self, columns: list[str]) -> None:
+        self.columns = columns
+        self.want = set(columns)
+        self.cols: dict[str, list] = {c: [] for c in columns}
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, r: OffsetRange, msg, hasher) -> None:  # noqa: ANN001
+        cols, want = self.cols, self.want
+        ts_type, ts = msg.timestamp()
+        key, value, headers = msg.key(), msg.value(), msg.headers()
+        if "topic" in want:
+            cols["topic"].append(r.topic)
+        if "partition" in want:
+            cols["partition"].append(r.partition)
+        if "offset" in want:
+            cols["offset"].append(msg.offset())
+        if "timestamp" in want:
+            cols["timestamp"].append(ts * 1000 if ts_type else None)
+        if "timestamp_type" in want:
+            cols["timestamp_type"].append(ts_type - 1)
+        if "key" in want:
+            cols["key"].append(key)
+        if "value" in want:
+            cols["value"].append(value)
+        if "headers" in want:
+            cols["headers"].append(
+                [{"key": k, "value": v} for k, v in headers] if headers else None
+            )
+        if hasher is not None:
+            cols["sha256"].append(hasher(key, value, headers))
+        self.rows += 1
+        self.bytes += (len(value) if value else 0) + (len(key) if key else 0) + 64
+
+    def is_full(self) -> bool:
+        return self.rows >= _BATCH_ROWS * 4 or self.bytes >= _BATCH_BYTES
+
+    def take(self) -> dict[str, list]:
+        out = self.cols
+        self.cols = {c: [] for c in self.columns}
+        self.rows = self.bytes = 0
+        return out
 
 
 def _arrow_schema(schema: StructType):  # noqa: ANN202 - pyarrow imported lazily
@@ -286,8 +337,14 @@ def read_ranges(
     columns: Sequence[str] = (),
     max_records_per_partition: int = DEFAULT_MAX_RECORDS,
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    min_partitions: int | None = None,
 ) -> DataFrame:
-    """Read the given ranges of one cluster as a DataFrame (see the module docstring)."""
+    """Read the given ranges of one cluster as a DataFrame (see the module docstring).
+
+    Small ranges share tasks down to `min_partitions` tasks (default: twice Spark's default
+    parallelism, so every core stays busy)."""
+    if min_partitions is None:
+        min_partitions = 2 * spark.sparkContext.defaultParallelism
     reader = spark.read.format(SOURCE_NAME)
     for key, value in client_conf.items():
         reader = reader.option(f"kafka.{key}", str(value))
@@ -297,6 +354,7 @@ def read_ranges(
         )
         .option("maxRecordsPerPartition", str(max_records_per_partition))
         .option("timeoutMs", str(timeout_ms))
+        .option("minPartitions", str(min_partitions))
     )
     if cluster:
         reader = reader.option("cluster", cluster)

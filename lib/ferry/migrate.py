@@ -263,22 +263,23 @@ def read_records(
 
 def with_segments(records_df: DataFrame, segments_df: DataFrame) -> DataFrame:
     """Tag each record with the start of the contiguous interval it was read in."""
-    joined = records_df.join(
-        F.broadcast(segments_df),
+    r, s = records_df, F.broadcast(segments_df)
+    joined = r.join(
+        s,
         on=[
-            records_df.topic == segments_df.topic,
-            records_df.partition == segments_df.partition,
-            records_df.offset >= segments_df.seg_start,
-            records_df.offset < segments_df.seg_end,
+            r["topic"] == s["topic"],
+            r["partition"] == s["partition"],
+            r["offset"] >= s["seg_start"],
+            r["offset"] < s["seg_end"],
         ],
     )
     return joined.select(
-        records_df.topic,
-        records_df.partition,
-        segments_df.seg_start.alias("segment"),
-        records_df.offset,
-        records_df.timestamp_ms,
-        records_df.sha256,
+        r["topic"],
+        r["partition"],
+        s["seg_start"].alias("segment"),
+        r["offset"],
+        r["timestamp_ms"],
+        r["sha256"],
     )
 
 

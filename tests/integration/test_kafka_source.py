@@ -98,7 +98,10 @@ def test_subrange_empty_range_and_range_past_end(spark, cluster, topic):
 def test_split_ranges_give_the_same_rows(spark, cluster, topic):
     name, _ = topic
     ranges = [OffsetRange(name, 0, 0, 30), OffsetRange(name, 1, 0, 2)]
-    assert len(plan_partitions(ranges, 7)) == 5 + 1
+    planned = plan_partitions(ranges, 7)
+    assert all(task.size <= 7 for task in planned)
+    assert sum(task.size for task in planned) == 32
+    assert len(plan_partitions(ranges, 100, min_partitions=1)) == 1  # small ranges share a task
     whole = read_ranges(spark, cluster.config, ranges, hash_fields=["key", "value", "headers"])
     split = read_ranges(
         spark,
@@ -107,7 +110,7 @@ def test_split_ranges_give_the_same_rows(spark, cluster, topic):
         hash_fields=["key", "value", "headers"],
         max_records_per_partition=7,
     )
-    assert split.rdd.getNumPartitions() == 6
+    assert split.rdd.getNumPartitions() == len(planned)
     assert_df_equality(whole, split, ignore_row_order=True)
 
 

@@ -1,0 +1,375 @@
+"""Ferry's YAML config: loaded into frozen dataclasses and validated before anything connects.
+
+Cluster sections (`source`, `destination`, `cluster`) are librdkafka client properties passed
+through unchanged, so security.protocol, sasl.* and ssl.* work as in any librdkafka client.
+`${VAR}` in any string reads the environment (`$${VAR}` is a literal `${VAR}`); a missing
+variable is an error naming it. `--set a.b=c` overrides a key; the value is read as YAML.
+Errors are one line naming the full key path, and for unknown keys the nearest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CLUSTER_SECTIONS = ("source", "destination", "cluster")
+HASH_FIELDS = ("key", "value", "headers")
+
+
+class ConfigError(Exception):
+    """A config problem, described in one line."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    include: tuple[str, ...] = (".*",)
+    exclude: tuple[str, ...] = ()
+
+    def matches(self, name: str) -> bool:
+        return any(re.fullmatch(p, name) for p in self.include) and not any(
+            re.fullmatch(p, name) for p in self.exclude
+        )
+
+
+@dataclass(frozen=True)
+class RenameRule:
+    match: str
+    replace: str
+
+
+@dataclass(frozen=True)
+class TopicSelection(Selection):
+    rename: tuple[RenameRule, ...] = ()
+
+    def destination_topic(self, name: str) -> str:
+        """First rule whose regex is found in the name wins (Python re.sub semantics)."""
+        for rule in self.rename:
+            if re.search(rule.match, name):
+                return re.sub(rule.match, rule.replace, name, count=1)
+        return name
+
+
+@dataclass(frozen=True)
+class MatchingConfig:
+    window_before_ms: int = 60_000
+    window_after_ms: int = 60_000
+    context: int = 16
+    hash: tuple[str, ...] = ("key", "value")
+    ignore_headers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    max_records_per_task: int = 50_000
+    timeout_ms: int = 30_000
+    isolation_level: str = "read_committed"
+
+
+@dataclass(frozen=True)
+class LedgerConfig:
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    path: str | None = None
+    status_path: str | None = None
+
+
+@dataclass(frozen=True)
+class OffsetsTopicConfig:
+    commits_path: str | None = None
+    groups_path: str | None = None
+    quarantine_path: str | None = None
+
+
+@dataclass(frozen=True)
+class FerryConfig:
+    source: Mapping[str, str] | None = None
+    destination: Mapping[str, str] | None = None
+    cluster: Mapping[str, str] | None = None
+    groups: Selection = field(default_factory=Selection)
+    topics: TopicSelection = field(default_factory=TopicSelection)
+    matching: MatchingConfig = field(default_factory=MatchingConfig)
+    reader: ReaderConfig = field(default_factory=ReaderConfig)
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
+    offsets: OffsetsTopicConfig = field(default_factory=OffsetsTopicConfig)
+
+    def cluster_name(self, section: str) -> str:
+        conf = getattr(self, section) or {}
+        return f"{section} ({conf.get('bootstrap.servers', '?')})"
+
+
+SECTIONS: dict[str, type] = {
+    "groups": Selection,
+    "topics": TopicSelection,
+    "matching": MatchingConfig,
+    "reader": ReaderConfig,
+    "ledger": LedgerConfig,
+    "history": HistoryConfig,
+    "offsets": OffsetsTopicConfig,
+}
+ALL_KEYS = (
+    list(CLUSTER_SECTIONS)
+    + [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)]
+    + list(SECTIONS)
+)
+
+
+def _suggest(path: str) -> str:
+    close = difflib.get_close_matches(path, ALL_KEYS, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+_VAR = re.compile(r"\$\$\{([^}]*)\}|\$\{([^}]*)\}")
+
+
+def _expand(value: Any, path: str, env: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+
+        def sub(m: re.Match) -> str:
+            if m.group(1) is not None:
+                return "${" + m.group(1) + "}"
+            name = m.group(2)
+            if name not in env:
+                raise ConfigError(f"environment variable {name} is not set (used by {path})")
+            return env[name]
+
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{path}.{k}" if path else str(k), env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{path}[{i}]", env) for i, v in enumerate(value)]
+    return value
+
+
+def parse_set(expr: str) -> tuple[list[str], object]:
+    """`a.b=c` → (["a", "b"], c); inside a cluster section the rest is one librdkafka key."""
+    if "=" not in expr:
+        raise ConfigError(f"--set {expr!r} must look like key=value")
+    key, raw = expr.split("=", 1)
+    parts = key.strip().split(".")
+    if parts[0] in CLUSTER_SECTIONS and len(parts) > 1:
+        parts = [parts[0], ".".join(parts[1:])]
+    if not all(parts):
+        raise ConfigError(f"--set {expr!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def _as_int(value: Any, path: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{path} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _as_str_tuple(value: Any, path: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{path} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _regexes(value: Any, path: str) -> tuple[str, ...]:
+    items = _as_str_tuple(value, path)
+    for i, pattern in enumerate(items):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"{path}[{i}] is not a valid regex {pattern!r}: {exc}") from None
+    return items
+
+
+def _optional_str(value: Any, path: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{path} must be a string, got {value!r}")
+
+
+def _cluster(value: Any, section: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{section} must be a mapping of librdkafka client properties")
+    out = {}
+    for key, val in value.items():
+        if isinstance(val, dict | list) or val is None:
+            raise ConfigError(f"{section}.{key} must be a single value, got {val!r}")
+        out[str(key)] = ("true" if val else "false") if isinstance(val, bool) else str(val)
+    if "bootstrap.servers" not in out:
+        raise ConfigError(f"missing required config key '{section}.bootstrap.servers'")
+    return out
+
+
+def _check_keys(section: str, data: dict, cls: type) -> None:
+    allowed = {f.name for f in fields(cls)}
+    for key in data:
+        if key not in allowed:
+            path = f"{section}.{key}"
+            raise ConfigError(f"unknown config key '{path}'{_suggest(path)}")
+
+
+def _build(data: dict) -> FerryConfig:
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in CLUSTER_SECTIONS:
+            kwargs[key] = _cluster(value, key)
+            continue
+        if key not in SECTIONS:
+            raise ConfigError(f"unknown config key '{key}'{_suggest(key)}")
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        _check_keys(key, value, SECTIONS[key])
+        kwargs[key] = _SECTION_BUILDERS[key](value, key)
+    return FerryConfig(**kwargs)
+
+
+def _selection(d: dict, s: str) -> Selection:
+    return Selection(
+        include=_regexes(d.get("include", [".*"]), f"{s}.include"),
+        exclude=_regexes(d.get("exclude", []), f"{s}.exclude"),
+    )
+
+
+def _topics(d: dict, s: str) -> TopicSelection:
+    base = _selection(d, s)
+    rules = d.get("rename", []) or []
+    if not isinstance(rules, list):
+        raise ConfigError(f"{s}.rename must be a list of {{match, replace}}")
+    built = []
+    for i, rule in enumerate(rules):
+        path = f"{s}.rename[{i}]"
+        if not isinstance(rule, dict) or set(rule) != {"match", "replace"}:
+            raise ConfigError(f"{path} must have exactly the keys match and replace")
+        match, replace = str(rule["match"]), str(rule["replace"])
+        try:
+            compiled = re.compile(match)
+        except re.error as exc:
+            raise ConfigError(f"{path}.match is not a valid regex {match!r}: {exc}") from None
+        names = {i: n for n, i in compiled.groupindex.items()}
+        shape = "".join(
+            f"(?P<{names[i]}>)" if i in names else "()" for i in range(1, compiled.groups + 1)
+        )
+        try:  # a match with the same groups checks the template's references up front
+            re.match(shape, "").expand(replace)  # type: ignore[union-attr]
+        except (re.error, IndexError) as exc:
+            raise ConfigError(
+                f"{path}.replace is not a valid template {replace!r}: {exc}"
+            ) from None
+        built.append(RenameRule(match, replace))
+    return TopicSelection(include=base.include, exclude=base.exclude, rename=tuple(built))
+
+
+def _matching(d: dict, s: str) -> MatchingConfig:
+    default = MatchingConfig()
+    hash_fields = _as_str_tuple(d.get("hash", list(default.hash)), f"{s}.hash")
+    bad = [h for h in hash_fields if h not in HASH_FIELDS]
+    if bad or not hash_fields or len(set(hash_fields)) != len(hash_fields):
+        raise ConfigError(
+            f"{s}.hash must be a non-empty list of distinct {', '.join(HASH_FIELDS)}, "
+            f"got {list(hash_fields)}"
+        )
+    return MatchingConfig(
+        window_before_ms=_as_int(
+            d.get("window_before_ms", default.window_before_ms), f"{s}.window_before_ms", 0
+        ),
+        window_after_ms=_as_int(
+            d.get("window_after_ms", default.window_after_ms), f"{s}.window_after_ms", 0
+        ),
+        context=_as_int(d.get("context", default.context), f"{s}.context", 0),
+        hash=hash_fields,
+        ignore_headers=_as_str_tuple(d.get("ignore_headers", []), f"{s}.ignore_headers"),
+    )
+
+
+def _reader(d: dict, s: str) -> ReaderConfig:
+    default = ReaderConfig()
+    iso = d.get("isolation_level", default.isolation_level)
+    if iso not in ("read_committed", "read_uncommitted"):
+        raise ConfigError(
+            f"{s}.isolation_level must be read_committed or read_uncommitted, got {iso!r}"
+        )
+    return ReaderConfig(
+        max_records_per_task=_as_int(
+            d.get("max_records_per_task", default.max_records_per_task),
+            f"{s}.max_records_per_task",
+            1,
+        ),
+        timeout_ms=_as_int(d.get("timeout_ms", default.timeout_ms), f"{s}.timeout_ms", 1),
+        isolation_level=iso,
+    )
+
+
+def _paths(cls: type):  # noqa: ANN202
+    def build(d: dict, s: str):  # noqa: ANN202
+        return cls(**{k: _optional_str(v, f"{s}.{k}") for k, v in d.items()})
+
+    return build
+
+
+_SECTION_BUILDERS = {
+    "groups": _selection,
+    "topics": _topics,
+    "matching": _matching,
+    "reader": _reader,
+    "ledger": _paths(LedgerConfig),
+    "history": _paths(HistoryConfig),
+    "offsets": _paths(OffsetsTopicConfig),
+}
+
+
+def load_config(
+    path: str | Path | None,
+    overrides: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> FerryConfig:
+    """Read, override, expand and validate a config file (None: overrides only)."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or "invalid YAML"
+            raise ConfigError(f"{p}{where}: {problem}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections")
+        data = loaded or {}
+    for expr in overrides:
+        parts, value = parse_set(expr)
+        node = data
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {expr!r}: {part} is not a section")
+        node[parts[-1]] = value
+    data = _expand(data, "", os.environ if env is None else env)
+    return _build(data)
+
+
+def require(cfg: FerryConfig, *keys: str) -> None:
+    """Fail with the first missing key among the dotted `keys`."""
+    for key in keys:
+        node: Any = cfg
+        for part in key.split("."):
+            node = getattr(node, part, None)
+        if node is None:
+            raise ConfigError(f"missing required config key '{key}'")

@@ -1,0 +1,265 @@
+"""Matching: which destination record is the source record a group consumed last.
+
+Pure DataFrame transforms (no reads, writes or sessions), built from Spark's own functions so
+thousands of groups × partitions are one job:
+
+1. `with_context` gives every record its neighbours' hashes (k before, k after, nearest
+   first) within the contiguous range it was read in. Neighbour means the adjacent row in
+   offset order, never offset ± 1: compaction and transaction markers leave gaps, and they
+   differ between clusters.
+2. `select_anchors` picks, for each committed offset C, the anchor: the last source record
+   before C ("last"), or when nothing precedes C the first record at or after it ("next"),
+   or neither ("none": the source has nothing before or after C).
+3. `with_candidates` joins anchors to destination records with the same SHA-256 whose
+   timestamp is within [anchor − window_before_ms, anchor + window_after_ms], and scores each
+   by the length of the common prefix of its neighbours and the anchor's, before and after.
+4. `resolve` keeps the candidate with the longest matching context before, then after; a tie
+   at the top is AMBIGUOUS. MATCHED commits candidate + 1 (the record after the last consumed
+   one); MATCHED_NEXT commits the candidate itself; EMPTY commits the destination's log end.
+   No candidate is PENDING while the destination has not been written past the window (the
+   replica may still bring the record) and NOT_FOUND after. INCONSISTENT: the source's next
+   record exists and so does the destination's, but they differ — the last consumed record
+   and the next one would not land side by side.
+5. `with_group_outcome`: a group is committed only if every one of its partitions resolved.
+
+Known limits: a run of more than k identical records whose neighbours are also identical on
+both sides cannot be told apart and is AMBIGUOUS by design (raise `matching.context`); ranking
+is "longest matching context wins", so context cut short by the destination's log start
+scores lower than a full match elsewhere.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+STATUS_MATCHED = "MATCHED"
+STATUS_MATCHED_NEXT = "MATCHED_NEXT"
+STATUS_EMPTY = "EMPTY"
+STATUS_AMBIGUOUS = "AMBIGUOUS"
+STATUS_PENDING = "PENDING"
+STATUS_NOT_FOUND = "NOT_FOUND"
+STATUS_INCONSISTENT = "INCONSISTENT"
+RESOLVED_STATUSES = (STATUS_MATCHED, STATUS_MATCHED_NEXT, STATUS_EMPTY)
+
+ANCHOR_KEYS = ["group", "src_topic", "src_partition"]
+COMMITTED_COLUMNS = [
+    "group",
+    "src_topic",
+    "src_partition",
+    "committed_offset",
+    "dst_topic",
+    "dst_partition",
+    "src_log_start_offset",
+    "src_log_end_offset",
+]
+PLAN_COLUMNS = [
+    "group",
+    "src_topic",
+    "src_partition",
+    "committed_offset",
+    "dst_topic",
+    "dst_partition",
+    "anchor_kind",
+    "anchor_offset",
+    "anchor_timestamp_ms",
+    "anchor_sha256",
+    "candidate_count",
+    "match_before",
+    "match_after",
+    "destination_offset",
+    "status",
+    "is_resolved",
+]
+
+
+def _empty_hashes() -> Column:
+    return F.array().cast("array<binary>")
+
+
+def with_context(records_df: DataFrame, k: int) -> DataFrame:
+    """Add pos, before (k preceding hashes, nearest first) and after (k following)."""
+    ordered = Window.partitionBy("topic", "partition", "segment").orderBy("offset")
+    if k > 0:
+        before = F.reverse(F.collect_list("sha256").over(ordered.rowsBetween(-k, -1)))
+        after = F.collect_list("sha256").over(ordered.rowsBetween(1, k))
+    else:
+        before, after = _empty_hashes(), _empty_hashes()
+    return records_df.select(
+        "topic",
+        "partition",
+        "segment",
+        "offset",
+        "timestamp_ms",
+        "sha256",
+        (F.row_number().over(ordered) - 1).alias("pos"),
+        before.alias("before"),
+        after.alias("after"),
+    )
+
+
+def select_anchors(committed_df: DataFrame, src_context_df: DataFrame) -> DataFrame:
+    """One row per committed offset with its anchor record and the anchor's context."""
+    c = committed_df.select(*COMMITTED_COLUMNS)
+    r = src_context_df.select(
+        F.col("topic").alias("r_topic"),
+        F.col("partition").alias("r_partition"),
+        F.col("offset").alias("r_offset"),
+        F.struct(
+            F.col("offset"), F.col("timestamp_ms"), F.col("sha256"), F.col("before"), F.col("after")
+        ).alias("r_record"),
+    )
+    joined = c.join(r, (c.src_topic == r.r_topic) & (c.src_partition == r.r_partition), "left")
+    is_before = F.col("r_offset") < F.col("committed_offset")
+    is_at_or_after = F.col("r_offset") >= F.col("committed_offset")
+    # The record struct leads with its offset, so max/min over it pick the nearest record.
+    best = joined.groupBy(*COMMITTED_COLUMNS).agg(
+        F.max(F.when(is_before, F.col("r_record"))).alias("last"),
+        F.min(F.when(is_at_or_after, F.col("r_record"))).alias("next"),
+    )
+    kind = (
+        F.when(F.col("last").isNotNull(), F.lit("last"))
+        .when(F.col("next").isNotNull(), F.lit("next"))
+        .otherwise(F.lit("none"))
+    )
+    anchor = F.coalesce(F.col("last"), F.col("next"))
+    return best.select(
+        *COMMITTED_COLUMNS,
+        kind.alias("anchor_kind"),
+        anchor["offset"].alias("anchor_offset"),
+        anchor["timestamp_ms"].alias("anchor_timestamp_ms"),
+        anchor["sha256"].alias("anchor_sha256"),
+        F.coalesce(anchor["before"], _empty_hashes()).alias("src_before"),
+        F.coalesce(anchor["after"], _empty_hashes()).alias("src_after"),
+    )
+
+
+def _common_prefix(a: str, b: str) -> Column:
+    """Length of the common prefix of two arrays (0 when either is empty)."""
+    return F.expr(
+        f"""
+        CASE WHEN least(size({a}), size({b})) = 0 THEN 0 ELSE
+          coalesce(
+            nullif(array_position(
+              transform(sequence(1, least(size({a}), size({b}))),
+                        i -> element_at({a}, i) = element_at({b}, i)),
+              false), 0) - 1,
+            least(size({a}), size({b})))
+        END
+        """
+    )
+
+
+def with_candidates(
+    anchors_df: DataFrame, dst_context_df: DataFrame, window_before_ms: int, window_after_ms: int
+) -> DataFrame:
+    """One row per anchor × destination record with the anchor's hash inside the window."""
+    a = anchors_df.filter(F.col("anchor_kind") != "none")
+    d = dst_context_df.select(
+        F.col("topic").alias("d_topic"),
+        F.col("partition").alias("d_partition"),
+        F.col("offset").alias("candidate_offset"),
+        F.col("pos").alias("candidate_pos"),
+        F.col("timestamp_ms").alias("d_timestamp_ms"),
+        F.col("sha256").alias("d_sha256"),
+        F.col("before").alias("d_before"),
+        F.col("after").alias("d_after"),
+    )
+    on = (
+        (a.dst_topic == d.d_topic)
+        & (a.dst_partition == d.d_partition)
+        & (a.anchor_sha256 == d.d_sha256)
+        & (d.d_timestamp_ms >= a.anchor_timestamp_ms - F.lit(window_before_ms))
+        & (d.d_timestamp_ms <= a.anchor_timestamp_ms + F.lit(window_after_ms))
+    )
+    return a.join(d, on).select(
+        *ANCHOR_KEYS,
+        "candidate_offset",
+        "candidate_pos",
+        _common_prefix("src_before", "d_before").alias("match_before"),
+        _common_prefix("src_after", "d_after").alias("match_after"),
+        (F.size("d_after") > 0).alias("has_dst_next"),
+    )
+
+
+def resolve(
+    anchors_df: DataFrame,
+    candidates_df: DataFrame,
+    dst_bounds_df: DataFrame,
+    window_after_ms: int,
+) -> DataFrame:
+    """Exactly one plan row per anchor (group × source partition) with status and offset."""
+    ranked = Window.partitionBy(*ANCHOR_KEYS).orderBy(
+        F.desc("match_before"), F.desc("match_after"), F.asc("candidate_offset")
+    )
+    best = (
+        candidates_df.withColumn("rank", F.row_number().over(ranked))
+        .groupBy(*ANCHOR_KEYS)
+        .agg(
+            F.count(F.lit(1)).cast("int").alias("candidate_count"),
+            F.max(
+                F.when(
+                    F.col("rank") == 1,
+                    F.struct("candidate_offset", "match_before", "match_after", "has_dst_next"),
+                )
+            ).alias("top"),
+            F.max(F.when(F.col("rank") == 2, F.struct("match_before", "match_after"))).alias(
+                "runner_up"
+            ),
+        )
+    )
+    plan = anchors_df.join(best, ANCHOR_KEYS, "left").join(
+        dst_bounds_df, ["dst_topic", "dst_partition"], "left"
+    )
+    top = F.col("top")
+    has_candidate = top.isNotNull()
+    is_tie = F.col("runner_up").isNotNull() & (
+        (F.col("runner_up.match_before") == top["match_before"])
+        & (F.col("runner_up.match_after") == top["match_after"])
+    )
+    is_inconsistent = (F.size("src_after") > 0) & top["has_dst_next"] & (top["match_after"] == 0)
+    replica_behind = F.col("dst_last_timestamp_ms").isNull() | (
+        F.col("dst_last_timestamp_ms") < F.col("anchor_timestamp_ms") + F.lit(window_after_ms)
+    )
+    status = (
+        F.when(F.col("anchor_kind") == "none", F.lit(STATUS_EMPTY))
+        .when(~has_candidate & replica_behind, F.lit(STATUS_PENDING))
+        .when(~has_candidate, F.lit(STATUS_NOT_FOUND))
+        .when(is_tie, F.lit(STATUS_AMBIGUOUS))
+        .when(F.col("anchor_kind") == "next", F.lit(STATUS_MATCHED_NEXT))
+        .when(is_inconsistent, F.lit(STATUS_INCONSISTENT))
+        .otherwise(F.lit(STATUS_MATCHED))
+    )
+    destination = (
+        F.when(status == STATUS_EMPTY, F.col("dst_log_end_offset"))
+        .when(status == STATUS_MATCHED_NEXT, top["candidate_offset"])
+        .when(status == STATUS_MATCHED, top["candidate_offset"] + 1)
+    )
+    return plan.select(
+        *ANCHOR_KEYS,
+        "committed_offset",
+        "dst_topic",
+        "dst_partition",
+        "anchor_kind",
+        "anchor_offset",
+        "anchor_timestamp_ms",
+        "anchor_sha256",
+        F.coalesce(F.col("candidate_count"), F.lit(0)).alias("candidate_count"),
+        top["match_before"].alias("match_before"),
+        top["match_after"].alias("match_after"),
+        destination.cast("long").alias("destination_offset"),
+        status.alias("status"),
+        status.isin(*RESOLVED_STATUSES).alias("is_resolved"),
+    )
+
+
+def with_group_outcome(plan_df: DataFrame) -> DataFrame:
+    """Add is_group_resolved, group_partition_count and unresolved_count per group."""
+    group = Window.partitionBy("group")
+    unresolved = F.sum(F.when(F.col("is_resolved"), 0).otherwise(1)).over(group)
+    return plan_df.select(
+        *PLAN_COLUMNS,
+        (unresolved == 0).alias("is_group_resolved"),
+        F.count(F.lit(1)).over(group).cast("int").alias("group_partition_count"),
+        unresolved.cast("int").alias("unresolved_count"),
+    )
