@@ -45,8 +45,10 @@ REPLICATED_FROM = 100
 
 def produce_world(src: dict, dst: dict, topics: list[str], partitions: int, n: int) -> None:
     base = int(time.time() * 1000) - 10 * 24 * 3600 * 1000
-    ps = Producer({**src, "linger.ms": 20, "batch.num.messages": 5000})
-    pd = Producer({**dst, "linger.ms": 20, "batch.num.messages": 5000})
+    # One record per batch: the local broker's high watermark only counts whole batches.
+    one_per_batch = {"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False}
+    ps = Producer({**src, **one_per_batch})
+    pd = Producer({**dst, **one_per_batch})
     for topic in topics:
         for p in range(partitions):
             for i in range(n):
@@ -57,11 +59,19 @@ def produce_world(src: dict, dst: dict, topics: list[str], partitions: int, n: i
                     ts = base + i * 1000
                 for producer, ok in ((ps, True), (pd, i >= REPLICATED_FROM)):
                     if ok:
-                        producer.produce(topic, key=key, value=value, partition=p, timestamp=ts)
-                producer_poll = ps.poll(0), pd.poll(0)
-                del producer_poll
+                        _produce(producer, topic, key, value, p, ts)
         ps.flush()
         pd.flush()
+
+
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes, p: int, ts: int) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, partition=p, timestamp=ts)
+            producer.poll(0)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def commit_groups(src: dict, topics: list[str], partitions: int, n: int, count: int, seed: int):
