@@ -18,7 +18,6 @@ from ferry.cli import (
     EXIT_OK,
     ArgumentParser,
     Progress,
-    UsageError,
     add_common_arguments,
     emit,
     run,
@@ -103,31 +102,23 @@ def main(argv: list[str]) -> int:
 def rollback_main(args, cfg, progress) -> int:  # noqa: ANN001
     dst = Cluster.from_config("destination", cfg.destination, cfg.reader.timeout_ms)
     spark = build_session("ferry-migrate-rollback")
-    from ferry import delta
-
-    if not delta.exists(cfg.ledger.path):
-        raise UsageError(f"no ledger at ledger.path {cfg.ledger.path}")
-    plan = rollback.rollback_plan(ledger.read(spark, cfg.ledger.path), args.rollback)
-    if not plan:
-        raise UsageError(f"run {args.rollback} committed nothing in ledger {cfg.ledger.path}")
-    rows, errors = rollback.apply_rollback(dst, plan, args.execute, progress)
-    run_id = ledger.new_run_id("rollback")
-    ledger_df = ledger.ledger_rows_df(spark, rows, run_id, "rollback", args.execute)
-    writer = ledger.append(spark, ledger_df, cfg.ledger.path)
+    done = rollback.run_rollback(
+        spark, dst, cfg.ledger.path, args.rollback, args.execute, progress
+    )
     emit(
-        rows,
+        done.rows,
         ["group", "topic", "partition", "previous_offset", "new_offset", "status"],
         args.output,
     )
-    failed = {g: e for g, e in errors.items() if e}
-    for group, error in sorted(failed.items()):
+    for group, error in sorted(done.errors.items()):
         print(f"not rolled back: {group}: {error}", file=sys.stderr)
+    n, failed = len(done.plan), len(done.errors)
     verb = "rolled back" if args.execute else "would be rolled back (dry run)"
     print(
-        f"{len(plan) - len(failed)} of {len(plan)} groups {verb}; run {run_id}; via {writer}",
+        f"{n - failed} of {n} groups {verb}; run {done.run_id}; via {done.writer}",
         file=sys.stdout if args.output == "table" else sys.stderr,
     )
-    return EXIT_OK if not failed else EXIT_INCOMPLETE
+    return EXIT_OK if not done.errors else EXIT_INCOMPLETE
 
 
 if __name__ == "__main__":

@@ -142,3 +142,9 @@ def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) 
 def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> None:
     sys.stdout.write(render(rows, columns, fmt))
     sys.stdout.flush()
+
+
+def emit_json(value: object) -> None:
+    """Nested JSON (bytes as hex, times as ISO-8601) on stdout."""
+    sys.stdout.write(json.dumps(_plain(value), indent=2, default=str) + "\n")
+    sys.stdout.flush()

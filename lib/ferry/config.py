@@ -81,6 +81,8 @@ class LedgerConfig:
 class HistoryConfig:
     path: str | None = None
     status_path: str | None = None
+    window: int = 10
+    allowed_lag: int = 0
 
 
 @dataclass(frozen=True)
@@ -319,13 +321,23 @@ def _paths(cls: type):  # noqa: ANN202
     return build
 
 
+def _history(d: dict, s: str) -> HistoryConfig:
+    default = HistoryConfig()
+    return HistoryConfig(
+        path=_optional_str(d.get("path"), f"{s}.path"),
+        status_path=_optional_str(d.get("status_path"), f"{s}.status_path"),
+        window=_as_int(d.get("window", default.window), f"{s}.window", 1),
+        allowed_lag=_as_int(d.get("allowed_lag", default.allowed_lag), f"{s}.allowed_lag", 0),
+    )
+
+
 _SECTION_BUILDERS = {
     "groups": _selection,
     "topics": _topics,
     "matching": _matching,
     "reader": _reader,
     "ledger": _paths(LedgerConfig),
-    "history": _paths(HistoryConfig),
+    "history": _history,
     "offsets": _paths(OffsetsTopicConfig),
 }
 

@@ -96,6 +96,14 @@ def _short(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _is_transport_error(exc: BaseException | None) -> bool:
+    from confluent_kafka import KafkaError
+
+    err = exc.args[0] if exc is not None and exc.args else None
+    codes = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.NETWORK_EXCEPTION)
+    return isinstance(err, KafkaError) and (err.code() in codes or err.retriable())
+
+
 def check_reachable(cluster: Cluster) -> None:
     """Fail fast, naming the cluster, when no broker answers within the timeout."""
     try:
@@ -327,10 +335,19 @@ def alter_offsets(cluster: Cluster, group: str, offsets: Mapping[TopicPartitionK
     request = ConsumerGroupTopicPartitions(
         group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
     )
-    fut = cluster.admin().alter_consumer_group_offsets(
-        [request], request_timeout=cluster.timeout_s
-    )[group]
-    answer = _result(cluster, f"commit offsets of group {group}", fut)
+    # Setting offsets to fixed values is idempotent, so a request lost to a dropped connection
+    # is simply sent again (seen on the test broker right after a group is deleted).
+    for attempt in range(3):
+        fut = cluster.admin().alter_consumer_group_offsets(
+            [request], request_timeout=cluster.timeout_s
+        )[group]
+        try:
+            answer = _result(cluster, f"commit offsets of group {group}", fut)
+            break
+        except ClusterError as exc:
+            if attempt == 2 or not _is_transport_error(exc.__cause__):
+                raise
+            time.sleep(0.2 * (attempt + 1))
     for tp in answer.topic_partitions:
         if tp.error is not None:
             where = f"{tp.topic}[{tp.partition}]"

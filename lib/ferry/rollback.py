@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from ferry import kafka_admin, ledger
 from ferry.kafka_admin import Cluster
@@ -95,3 +95,53 @@ def apply_rollback(
                 }
             )
     return rows, dict(errors)
+
+
+@dataclass
+class RollbackRun:
+    """What one `--rollback RUN_ID` did: rows for output and ledger, errors per group."""
+
+    plan: list[RollbackGroup]
+    rows: list[dict]
+    errors: dict[str, str]  # group -> why it was not rolled back
+    run_id: str
+    writer: str
+
+
+def run_rollback(
+    spark: SparkSession,
+    cluster: Cluster,
+    ledger_path: str,
+    run_id: str,
+    execute: bool,
+    progress: Callable[[str], None],
+) -> RollbackRun:
+    """Roll back `run_id` on `cluster` (dry run unless `execute`) and record it in the ledger.
+
+    Refused (UsageError) when there is no ledger, when the run committed nothing, or when the
+    run changed another cluster than the one given: offsets are never written back to the
+    wrong cluster."""
+    from ferry import delta
+    from ferry.cli import UsageError
+
+    if not delta.exists(ledger_path):
+        raise UsageError(f"no ledger at ledger.path {ledger_path}")
+    ledger_df = ledger.read(spark, ledger_path)
+    changed = {
+        r.cluster for r in ledger.filter_run_commits(ledger_df, run_id).select("cluster").collect()
+    }
+    here = cluster.conf.get("bootstrap.servers")
+    if changed and changed != {here}:
+        raise UsageError(
+            f"run {run_id} changed {', '.join(sorted(c or '?' for c in changed))}, "
+            f"not {cluster.name}"
+        )
+    plan = rollback_plan(ledger_df, run_id)
+    if not plan:
+        raise UsageError(f"run {run_id} committed nothing in ledger {ledger_path}")
+    rows, errors = apply_rollback(cluster, plan, execute, progress)
+    own_id = ledger.new_run_id("rollback")
+    writer = ledger.append(
+        spark, ledger.ledger_rows_df(spark, rows, own_id, "rollback", execute), ledger_path
+    )
+    return RollbackRun(plan, rows, {g: e for g, e in errors.items() if e}, own_id, writer)

@@ -1,0 +1,377 @@
+"""spark-submit entry point: consumer-group tooling on one cluster.
+
+    ./spark-submit.sh groups list     --config FILE [--group REGEX]
+    ./spark-submit.sh groups describe --config FILE [--group REGEX] [--topic REGEX]
+    ./spark-submit.sh groups copy     --config FILE --from OLD --to NEW [--to NEW2 ...]
+                                      [--topic REGEX] [--allow-active-source] [--delete-source]
+    ./spark-submit.sh groups reset    --config FILE --group REGEX (--all-topics | --topic T[:P,..])
+                                      SPEC [--export]
+    ./spark-submit.sh groups delete   --config FILE --group REGEX
+    ./spark-submit.sh groups rollback --config FILE RUN_ID   (or --rollback RUN_ID)
+
+SPEC is one of --to-earliest, --to-latest, --to-current, --to-offset N, --shift-by N,
+--to-datetime ISO8601, --by-duration PnDTnHnMnS, --from-file CSV (kafka-consumer-groups
+semantics; see ferry.reset). Changing verbs are dry runs unless --execute; executed changes are
+appended to the Delta ledger at ledger.path (dry runs of copy/reset/delete are not; rollbacks
+are, dry or not), so `groups rollback RUN_ID` undoes them. Exit 0 when everything asked was
+done, 1 when something was not, 2 for usage.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+from ferry import groups, kafka_admin, ledger, reset, rollback
+from ferry.cli import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    ArgumentParser,
+    Progress,
+    UsageError,
+    add_common_arguments,
+    emit,
+    emit_json,
+    run,
+)
+from ferry.config import load_config, require
+from ferry.kafka_admin import Cluster
+from ferry.session import build_session
+
+CHANGE_COLUMNS = [
+    "group",
+    "source_group",
+    "topic",
+    "partition",
+    "previous_offset",
+    "new_offset",
+    "status",
+    "note",
+]
+LIST_COLUMNS = ["group", "state", "protocol_type", "members", "topics", "partitions"]
+ROLLBACK_COLUMNS = ["group", "topic", "partition", "previous_offset", "new_offset", "status"]
+TOTAL_COLUMNS = ["group", "group_state", "partition_count", "lag", "time_lag_ms"]
+
+
+def parse_args(argv: list[str]):  # noqa: ANN201
+    parser = ArgumentParser(prog="groups", description=__doc__.split("\n\n")[0])
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def verb(name: str, help_text: str, changes: bool = True) -> ArgumentParser:
+        # Subparsers share the parser's class, so they also give one-line errors.
+        sub = verbs.add_parser(name, help=help_text, description=help_text)
+        add_common_arguments(sub)
+        sub.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        if changes:
+            sub.add_argument("--execute", action="store_true", help="act (default: dry run)")
+        return sub
+
+    sub = verb("list", "list groups with state and committed partitions", changes=False)
+    sub.add_argument("--group", metavar="REGEX", help="only groups whose id fully matches")
+
+    sub = verb("describe", "committed offsets, lag and time lag per partition", changes=False)
+    sub.add_argument("--group", metavar="REGEX")
+    sub.add_argument("--topic", metavar="REGEX")
+
+    sub = verb("copy", "copy a group's committed offsets into new groups")
+    sub.add_argument("--from", dest="source", required=True, metavar="OLD")
+    sub.add_argument("--to", dest="targets", action="append", required=True, metavar="NEW")
+    sub.add_argument("--topic", metavar="REGEX", help="copy only topics that fully match")
+    sub.add_argument("--allow-active-source", action="store_true")
+    sub.add_argument("--delete-source", action="store_true", help="delete OLD after the copy")
+
+    sub = verb("reset", "reset offsets like kafka-consumer-groups --reset-offsets")
+    sub.add_argument("--group", metavar="REGEX")
+    scope = sub.add_mutually_exclusive_group()
+    scope.add_argument("--all-topics", action="store_true")
+    scope.add_argument("--topic", action="append", metavar="T[:P,P]")
+    spec = sub.add_mutually_exclusive_group(required=True)
+    spec.add_argument("--to-earliest", action="store_true")
+    spec.add_argument("--to-latest", action="store_true")
+    spec.add_argument("--to-current", action="store_true")
+    spec.add_argument("--to-offset", type=int, metavar="N")
+    spec.add_argument("--shift-by", type=int, metavar="N")
+    spec.add_argument("--to-datetime", metavar="ISO8601")
+    spec.add_argument("--by-duration", metavar="PnDTnHnMnS")
+    spec.add_argument("--from-file", metavar="CSV")
+    sub.add_argument("--export", action="store_true", help="print the plan as CSV on stdout")
+
+    sub = verb("delete", "delete Empty groups")
+    sub.add_argument("--group", metavar="REGEX", required=True)
+
+    sub = verb("rollback", "restore the offsets a copy, reset or delete run changed")
+    sub.add_argument("run_id", metavar="RUN_ID", nargs="?")
+    sub.add_argument("--rollback", dest="rollback_id", metavar="RUN_ID", help="same as RUN_ID")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    cfg = load_config(args.config, args.set)
+    require(cfg, "cluster")
+    if getattr(args, "execute", False):
+        require(cfg, "ledger.path")
+    cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
+    progress = Progress(not args.quiet)
+    handler = {
+        "list": list_main,
+        "describe": describe_main,
+        "copy": copy_main,
+        "reset": reset_main,
+        "delete": delete_main,
+        "rollback": rollback_main,
+    }[args.verb]
+    return handler(args, cfg, cluster, progress)
+
+
+def _regex(option: str, pattern: str | None) -> None:
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"{option} {pattern!r} is not a valid regex: {exc}") from None
+
+
+def _selected(cluster: Cluster, pattern: str | None) -> list[str]:
+    _regex("--group", pattern)
+    names = groups.select_groups(cluster, pattern)
+    if not names:
+        what = f"matches --group {pattern}" if pattern else "exists"
+        raise groups.NoGroupsError(f"no group on {cluster.name} {what}")
+    return names
+
+
+def _print_summary(text: str, args) -> None:  # noqa: ANN001
+    stream = sys.stdout if args.output == "table" and not getattr(args, "export", False) else (
+        sys.stderr
+    )
+    print(text, file=stream)
+
+
+def list_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
+    names = _selected(cluster, args.group)
+    state = groups.fetch_groups(cluster, names)
+    rows = []
+    for group in names:
+        info = state.infos[group]
+        committed = state.committed.get(group, {})
+        rows.append(
+            {
+                "group": group,
+                "state": info.state,
+                "protocol_type": info.protocol_type,
+                "members": len(info.members),
+                "topics": len({t for t, _ in committed}),
+                "partitions": len(committed),
+            }
+        )
+    emit(rows, LIST_COLUMNS, args.output)
+    return EXIT_OK
+
+
+def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
+    _regex("--topic", args.topic)
+    names = _selected(cluster, args.group)
+    progress(f"describing {len(names)} groups")
+    state = groups.fetch_groups(cluster, names)
+    rows = groups.position_rows(state, args.topic)
+    if not rows:
+        raise groups.NoGroupsError(
+            f"no committed or assigned partitions for the selected groups on {cluster.name}"
+        )
+    spark = build_session("ferry-groups-describe")
+    positions_df, bounds_df, next_df = groups.read_positions(spark, cluster, rows, cfg.reader)
+    describe_df = groups.with_lag(positions_df, bounds_df, next_df, int(time.time() * 1000))
+    ordered = describe_df.orderBy("group", "topic", "partition")
+    detail = [r.asDict() for r in ordered.collect()]
+    totals = [r.asDict() for r in groups.group_totals(describe_df).orderBy("group").collect()]
+    if args.output == "table":
+        emit(detail, groups.DESCRIBE_COLUMNS, "table")
+        print()
+        emit(totals, TOTAL_COLUMNS, "table")
+    elif args.output == "json":
+        by_group = {t["group"]: {**t, "partitions": []} for t in totals}
+        for row in detail:
+            by_group[row["group"]]["partitions"].append(row)
+        emit_json(list(by_group.values()))
+    else:
+        emit(detail, groups.DESCRIBE_COLUMNS, "csv")
+    return EXIT_OK
+
+
+def _finish(args, cfg, cluster, changes, action: str) -> int:  # noqa: ANN001
+    """Output, ledger, summary and exit code shared by the changing verbs."""
+    for change in changes:
+        for warning in change.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    rows = groups.change_rows(changes, args.execute)
+    if getattr(args, "export", False):
+        with_group = len({c.group for c in changes}) > 1
+        sys.stdout.write(
+            reset.format_offsets_csv([t for c in changes for t in c.targets], with_group)
+        )
+    else:
+        emit(rows, CHANGE_COLUMNS, args.output)
+    suffix = ""
+    if args.execute:
+        spark = build_session(f"ferry-groups-{action}")
+        run_id = ledger.new_run_id(action)
+        ledger_df = ledger.ledger_rows_df(
+            spark, groups.ledger_rows(changes, cluster, True), run_id, action, True
+        )
+        writer = ledger.append(spark, ledger_df, cfg.ledger.path)
+        suffix = f"; run {run_id}; ledger {cfg.ledger.path} via {writer}"
+    failed = [c for c in changes if c.error is not None]
+    for change in failed:
+        print(f"not done: {change.group}: {change.error}", file=sys.stderr)
+    verb = {"copy": "copied", "reset": "reset", "delete": "deleted"}[action]
+    done = len(changes) - len(failed)
+    if args.execute:
+        summary = f"{done} of {len(changes)} groups {verb}{suffix}"
+    else:
+        summary = (
+            f"{done} of {len(changes)} groups would be {verb} (dry run; re-run with --execute)"
+        )
+    _print_summary(summary, args)
+    return EXIT_OK if not failed else EXIT_INCOMPLETE
+
+
+def copy_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
+    _regex("--topic", args.topic)
+    if len(set(args.targets)) != len(args.targets):
+        raise UsageError("--to names a group twice")
+    if args.delete_source and args.allow_active_source:
+        raise UsageError("--delete-source cannot be combined with --allow-active-source")
+    state = groups.fetch_groups(cluster, [args.source, *args.targets])
+    changes = groups.plan_copy(
+        args.source, args.targets, state, args.topic, args.allow_active_source
+    )
+    groups.apply_changes(cluster, changes, args.execute, progress)
+    if args.delete_source:
+        if args.execute:
+            deleted = groups.delete_source_after_copy(cluster, args.source, changes)
+            if deleted is None:
+                print(f"warning: {args.source} kept: not every copy succeeded", file=sys.stderr)
+            else:
+                changes = [*changes, deleted]
+        else:
+            plan = groups.plan_delete([args.source], state)
+            changes = [*changes, *plan]
+    return _finish(args, cfg, cluster, changes, "copy")
+
+
+def reset_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
+    spec, value = _reset_spec(args)
+    file_offsets = None
+    if spec == "from_file":
+        path = Path(args.from_file)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read --from-file {path}: {exc.strerror}") from None
+        try:
+            file_offsets = reset.parse_offsets_csv(text, str(path))
+        except reset.ResetError as exc:
+            raise UsageError(str(exc)) from None
+    if spec != "from_file" and not (args.all_topics or args.topic):
+        raise UsageError("reset needs a scope: --all-topics or --topic T[:P,...]")
+    try:
+        scope = reset.parse_scope(args.topic) if args.topic else None
+    except reset.ResetError as exc:
+        raise UsageError(str(exc)) from None
+    if file_offsets is not None and "" in file_offsets:
+        # topic,partition,offset: one group, named by --group (an existing group's exact id)
+        names = _selected(cluster, args.group) if args.group else []
+        if len(names) != 1:
+            raise UsageError(
+                "a topic,partition,offset file is for one group: --group must match exactly one"
+            )
+        file_offsets = {names[0]: file_offsets[""]}
+    elif file_offsets is not None:
+        _regex("--group", args.group)
+        wanted = re.compile(args.group) if args.group else None
+        names = sorted(g for g in file_offsets if wanted is None or wanted.fullmatch(g))
+        if not names:
+            raise groups.NoGroupsError(f"no group in {args.from_file} matches --group {args.group}")
+    else:
+        if not args.group:
+            raise UsageError("reset needs --group REGEX")
+        names = _selected(cluster, args.group)
+    state = groups.fetch_groups(cluster, names)
+    if scope is not None:
+        try:  # a topic or partition that does not exist is a usage error, for every group
+            reset.scoped_partitions(scope, {}, state.topic_partitions)
+        except reset.ResetError as exc:
+            raise UsageError(str(exc)) from None
+    partitions = groups.reset_partitions(names, state, scope, file_offsets)
+    keys = {k for v in partitions.values() if isinstance(v, list) for k in v}
+    progress(f"resetting {len(names)} groups over {len(keys)} partitions")
+    bounds = kafka_admin.watermarks(cluster, keys)
+    at_time = None
+    if spec in ("to_datetime", "by_duration"):
+        targets = dict.fromkeys(keys, value)
+        at_time = kafka_admin.offsets_for_timestamps(cluster, targets, bounds)
+    changes = groups.plan_reset(partitions, state, spec, value, file_offsets, bounds, at_time)
+    groups.apply_changes(cluster, changes, args.execute, progress)
+    return _finish(args, cfg, cluster, changes, "reset")
+
+
+def _reset_spec(args) -> tuple[str, object]:  # noqa: ANN001
+    if args.to_earliest:
+        return "to_earliest", None
+    if args.to_latest:
+        return "to_latest", None
+    if args.to_current:
+        return "to_current", None
+    if args.to_offset is not None:
+        if args.to_offset < 0:
+            raise UsageError("--to-offset must be >= 0")
+        return "to_offset", args.to_offset
+    if args.shift_by is not None:
+        return "shift_by", args.shift_by
+    try:
+        if args.to_datetime is not None:
+            when = reset.parse_datetime(args.to_datetime)
+            return "to_datetime", reset.to_epoch_ms(when)
+        if args.by_duration is not None:
+            ago = reset.parse_duration(args.by_duration)
+            return "by_duration", int(time.time() * 1000 - ago.total_seconds() * 1000)
+    except reset.ResetError as exc:
+        raise UsageError(str(exc)) from None
+    return "from_file", None
+
+
+def delete_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
+    names = _selected(cluster, args.group)
+    state = groups.fetch_groups(cluster, names)
+    changes = groups.plan_delete(names, state)
+    groups.apply_changes(cluster, changes, args.execute, progress)
+    return _finish(args, cfg, cluster, changes, "delete")
+
+
+def rollback_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
+    if args.run_id and args.rollback_id and args.run_id != args.rollback_id:
+        raise UsageError("give the run id once: RUN_ID or --rollback RUN_ID")
+    run_id = args.run_id or args.rollback_id
+    if not run_id:
+        raise UsageError("rollback needs the RUN_ID of a copy, reset or delete run")
+    require(cfg, "ledger.path")
+    spark = build_session("ferry-groups-rollback")
+    done = rollback.run_rollback(spark, cluster, cfg.ledger.path, run_id, args.execute, progress)
+    emit(done.rows, ROLLBACK_COLUMNS, args.output)
+    for group, error in sorted(done.errors.items()):
+        print(f"not rolled back: {group}: {error}", file=sys.stderr)
+    n, failed = len(done.plan), len(done.errors)
+    if args.execute:
+        summary = f"{n - failed} of {n} groups rolled back; run {done.run_id}"
+    else:
+        summary = f"{n} groups would be rolled back (dry run; re-run with --execute)"
+    _print_summary(f"{summary}; ledger {cfg.ledger.path} via {done.writer}", args)
+    return EXIT_OK if not done.errors else EXIT_INCOMPLETE
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

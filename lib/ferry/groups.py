@@ -1,0 +1,509 @@
+"""Single-cluster group tooling: describe with lag and time lag, copy/split, reset, delete.
+
+Extract functions talk to the cluster in bulk (one ListOffsets pair for every partition of
+every selected group, one read of each record needed for time lag); `with_lag` is a pure
+DataFrame transform shared with `lag-snapshot`; the plan functions are plain Python over
+plain values; `apply_changes` is the only writer, one verified request per group.
+
+Time lag is how old the next unread record is: now − timestamp of the first record at or
+after the committed offset (log start if the committed offset fell off the log), 0 when the
+group is caught up, null when nothing is committed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from ferry import kafka_admin
+from ferry.config import ReaderConfig
+from ferry.kafka_admin import Cluster, GroupInfo, TopicPartitionKey
+from ferry.kafka_source import OffsetRange, read_ranges
+from ferry.reset import ResetError, Target, resolve_targets, scoped_partitions
+
+POSITIONS_SCHEMA = StructType(
+    [
+        StructField("group", StringType(), False),
+        StructField("group_state", StringType(), True),
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("committed_offset", LongType(), True),
+        StructField("member_id", StringType(), True),
+        StructField("client_id", StringType(), True),
+        StructField("host", StringType(), True),
+    ]
+)
+BOUNDS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("log_start_offset", LongType(), False),
+        StructField("log_end_offset", LongType(), False),
+    ]
+)
+NEXT_RECORDS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("position", LongType(), False),
+        StructField("next_offset", LongType(), True),
+        StructField("next_timestamp_ms", LongType(), True),
+    ]
+)
+DESCRIBE_COLUMNS = [
+    "group",
+    "group_state",
+    "topic",
+    "partition",
+    "committed_offset",
+    "log_start_offset",
+    "log_end_offset",
+    "lag",
+    "time_lag_ms",
+    "member_id",
+    "client_id",
+    "host",
+]
+
+
+class NoGroupsError(kafka_admin.ClusterError):
+    """A group selection matched nothing."""
+
+
+# ---------------------------------------------------------------------------------- extract
+
+
+def select_groups(cluster: Cluster, pattern: str | None) -> list[str]:
+    """Groups on the cluster whose id fully matches the regex (all groups when None)."""
+    names = kafka_admin.list_groups(cluster)
+    if pattern is None:
+        return names
+    regex = re.compile(pattern)
+    return [g for g in names if regex.fullmatch(g)]
+
+
+@dataclass
+class GroupState:
+    """What the cluster says about a set of groups right now."""
+
+    infos: dict[str, GroupInfo]
+    committed: dict[str, dict[TopicPartitionKey, int]]
+    topic_partitions: dict[str, int] = field(default_factory=dict)
+
+
+def fetch_groups(cluster: Cluster, groups: Sequence[str]) -> GroupState:
+    return GroupState(
+        infos=kafka_admin.describe_groups(cluster, groups),
+        committed=kafka_admin.committed_offsets(cluster, groups),
+        topic_partitions=kafka_admin.list_topics(cluster, include_internal=True),
+    )
+
+
+def position_rows(state: GroupState, topic_pattern: str | None = None) -> list[dict]:
+    """One row per group × partition that is committed or assigned to a member."""
+    regex = re.compile(topic_pattern) if topic_pattern else None
+    rows = []
+    for group in sorted(state.infos):
+        info = state.infos[group]
+        owners = {tp: m for m in info.members for tp in m.get("assignment", ())}
+        keys = set(state.committed.get(group, {})) | set(owners)
+        for topic, partition in sorted(keys):
+            if regex is not None and not regex.fullmatch(topic):
+                continue
+            member = owners.get((topic, partition), {})
+            rows.append(
+                {
+                    "group": group,
+                    "group_state": info.state,
+                    "topic": topic,
+                    "partition": partition,
+                    "committed_offset": state.committed.get(group, {}).get((topic, partition)),
+                    "member_id": member.get("member_id"),
+                    "client_id": member.get("client_id"),
+                    "host": member.get("host"),
+                }
+            )
+    return rows
+
+
+def read_positions(
+    spark: SparkSession,
+    cluster: Cluster,
+    rows: Sequence[Mapping],
+    reader: ReaderConfig,
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(positions_df, bounds_df, next_records_df) for the rows of `position_rows`.
+
+    Each partition's watermarks are asked once, and each distinct position's next record is
+    read once through the data source however many groups sit there; positions whose record
+    is missing (compaction, transaction markers) are resolved by reading forward.
+    """
+    keys = sorted({(r["topic"], r["partition"]) for r in rows})
+    bounds = kafka_admin.watermarks(cluster, keys)
+    positions: set[tuple[str, int, int]] = set()
+    for r in rows:
+        committed = r["committed_offset"]
+        if committed is None:
+            continue
+        start, end = bounds[(r["topic"], r["partition"])]
+        position = max(committed, start)
+        if position < end:
+            positions.add((r["topic"], r["partition"], position))
+    found: dict[tuple[str, int, int], tuple[int, int] | None] = {}
+    if positions:
+        ranges = [OffsetRange(t, p, o, o + 1) for t, p, o in sorted(positions)]
+        records_df = read_ranges(
+            spark,
+            cluster.conf,
+            ranges,
+            cluster=cluster.name,
+            columns=("topic", "partition", "offset", "timestamp"),
+            max_records_per_partition=reader.max_records_per_task,
+            timeout_ms=reader.timeout_ms,
+        )
+        for rec in records_df.select(
+            "topic", "partition", "offset", F.unix_millis("timestamp").alias("ts")
+        ).collect():
+            found[(rec.topic, rec.partition, rec.offset)] = (rec.offset, rec.ts)
+        found.update(_read_forward(cluster, positions - set(found)))
+    spark_rows = [
+        (t, p, o, *(found.get((t, p, o)) or (None, None))) for t, p, o in sorted(positions)
+    ]
+    positions_df = spark.createDataFrame(
+        [tuple(r[c] for c in POSITIONS_SCHEMA.fieldNames()) for r in rows], POSITIONS_SCHEMA
+    )
+    bounds_df = spark.createDataFrame(
+        [(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items())], BOUNDS_SCHEMA
+    )
+    next_df = spark.createDataFrame(spark_rows, NEXT_RECORDS_SCHEMA)
+    return positions_df, bounds_df, next_df
+
+
+def _read_forward(
+    cluster: Cluster, positions: Iterable[tuple[str, int, int]]
+) -> dict[tuple[str, int, int], tuple[int, int] | None]:
+    """First record at or after each position, in rounds of one position per partition."""
+    by_partition: dict[TopicPartitionKey, list[int]] = {}
+    for t, p, o in sorted(positions):
+        by_partition.setdefault((t, p), []).append(o)
+    out: dict[tuple[str, int, int], tuple[int, int] | None] = {}
+    consumer = cluster.consumer() if by_partition else None
+    try:
+        while by_partition:
+            round_ = {tp: offsets.pop(0) for tp, offsets in by_partition.items()}
+            seen = kafka_admin.first_records_at(cluster, round_, consumer)
+            for tp, o in round_.items():
+                out[(tp[0], tp[1], o)] = seen.get(tp)
+            by_partition = {tp: offs for tp, offs in by_partition.items() if offs}
+    finally:
+        if consumer is not None:
+            consumer.close()
+    return out
+
+
+# -------------------------------------------------------------------------------- transform
+
+
+def with_lag(
+    positions_df: DataFrame, bounds_df: DataFrame, next_records_df: DataFrame, now_ms: int
+) -> DataFrame:
+    """Lag (log end − committed; null when nothing is committed) and time lag per row."""
+    effective = F.greatest(F.col("committed_offset"), F.col("log_start_offset"))
+    joined = positions_df.join(bounds_df, ["topic", "partition"], "left").withColumn(
+        "position", effective
+    )
+    joined = joined.join(next_records_df, ["topic", "partition", "position"], "left")
+    is_caught_up = F.col("position") >= F.col("log_end_offset")
+    time_lag = (
+        F.when(F.col("committed_offset").isNull(), F.lit(None).cast("long"))
+        .when(is_caught_up | F.col("next_timestamp_ms").isNull(), F.lit(0).cast("long"))
+        .otherwise(F.greatest(F.lit(0).cast("long"), F.lit(now_ms) - F.col("next_timestamp_ms")))
+    )
+    return joined.select(
+        "group",
+        "group_state",
+        "topic",
+        "partition",
+        "committed_offset",
+        "log_start_offset",
+        "log_end_offset",
+        (F.col("log_end_offset") - F.col("committed_offset")).alias("lag"),
+        time_lag.alias("time_lag_ms"),
+        "member_id",
+        "client_id",
+        "host",
+    )
+
+
+def group_totals(describe_df: DataFrame) -> DataFrame:
+    """Per group: partitions, total lag, largest time lag."""
+    return describe_df.groupBy("group", "group_state").agg(
+        F.count("*").alias("partition_count"),
+        F.sum("lag").alias("lag"),
+        F.max("time_lag_ms").alias("time_lag_ms"),
+    ).select("group", "group_state", "partition_count", "lag", "time_lag_ms")
+
+
+# ------------------------------------------------------------------------------------ plans
+
+
+def refusal(info: GroupInfo | None) -> str | None:
+    """kafka-consumer-groups' own wording for a group that cannot be changed now."""
+    if info is None or info.is_inactive:
+        return None
+    return (
+        f"Assignments can only be reset if the group '{info.group}' is inactive, "
+        f"but the current state is {info.state.title().replace('_', '')}."
+    )
+
+
+@dataclass
+class GroupChange:
+    """One group's planned change: targets to commit (or a delete), or why not."""
+
+    group: str
+    action: str  # copy, reset, delete
+    targets: list[Target]
+    source_group: str | None = None
+    error: str | None = None
+    is_delete: bool = False
+    committed: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan_copy(
+    source: str,
+    new_groups: Sequence[str],
+    state: GroupState,
+    topic_pattern: str | None,
+    allow_active_source: bool,
+) -> list[GroupChange]:
+    """Copy the source group's committed offsets (optionally only matching topics) into each
+    new group, which must be Empty or absent."""
+    regex = re.compile(topic_pattern) if topic_pattern else None
+    offsets = {
+        tp: o
+        for tp, o in sorted(state.committed.get(source, {}).items())
+        if regex is None or regex.fullmatch(tp[0])
+    }
+    source_info = state.infos.get(source)
+    source_error = None
+    warnings = []
+    if not offsets:
+        what = f" on topics matching {topic_pattern}" if topic_pattern else ""
+        source_error = f"group {source} has no committed offsets{what}"
+    elif source_info is not None and not source_info.is_inactive:
+        if allow_active_source:
+            warnings.append(
+                f"source group {source} is {source_info.state}: its position is still moving; "
+                "the copy is a snapshot of this moment"
+            )
+        else:
+            source_error = (
+                f"source group {source} is {source_info.state}, not Empty; its offsets are still "
+                "moving (use --allow-active-source to copy a snapshot anyway)"
+            )
+    changes = []
+    for new in new_groups:
+        previous = state.committed.get(new, {})
+        targets = [Target(new, t, p, previous.get((t, p)), o) for (t, p), o in offsets.items()]
+        error = source_error
+        info = state.infos.get(new)
+        if error is None and new == source:
+            error = f"group {new} is the source group"
+        if error is None and info is not None and not info.is_inactive:
+            error = f"group {new} is {info.state}, not Empty; refused"
+        changes.append(GroupChange(new, "copy", targets, source, error, warnings=list(warnings)))
+    return changes
+
+
+def reset_partitions(
+    groups: Sequence[str],
+    state: GroupState,
+    scope: Mapping[str, tuple[int, ...] | None] | None,
+    file_offsets: Mapping[str, Mapping[TopicPartitionKey, int]] | None,
+) -> dict[str, list[TopicPartitionKey] | ResetError]:
+    """Each group's partitions to reset, or the error that keeps it from being reset.
+    With --from-file the file decides, narrowed by --topic when given."""
+    out: dict[str, list[TopicPartitionKey] | ResetError] = {}
+    for group in groups:
+        committed = state.committed.get(group, {})
+        try:
+            if file_offsets is not None:
+                keys = sorted(file_offsets.get(group, {}))
+                if scope is not None:
+                    allowed = set(scoped_partitions(scope, committed, state.topic_partitions))
+                    keys = [k for k in keys if k in allowed]
+                for topic, partition in keys:
+                    count = state.topic_partitions.get(topic)
+                    if count is None or partition >= count:
+                        raise ResetError(
+                            f"group {group}: {topic}[{partition}] does not exist on the cluster"
+                        )
+            else:
+                keys = scoped_partitions(scope, committed, state.topic_partitions)
+            if not keys:
+                raise ResetError(f"group {group}: no partitions to reset in the chosen scope")
+            out[group] = keys
+        except ResetError as exc:
+            out[group] = exc
+    return out
+
+
+def plan_reset(
+    partitions: Mapping[str, list[TopicPartitionKey] | ResetError],
+    state: GroupState,
+    spec: str,
+    value: object,
+    file_offsets: Mapping[str, Mapping[TopicPartitionKey, int]] | None,
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    offsets_at_time: Mapping[TopicPartitionKey, int | None] | None,
+) -> list[GroupChange]:
+    changes = []
+    for group, keys in partitions.items():
+        error = refusal(state.infos.get(group))
+        targets: list[Target] = []
+        if isinstance(keys, ResetError):
+            error = error or str(keys)
+        else:
+            try:
+                arg = file_offsets[group] if file_offsets is not None else value
+                targets = resolve_targets(
+                    group, spec, arg, keys, state.committed.get(group, {}), bounds,
+                    offsets_at_time,
+                )
+            except ResetError as exc:
+                error = error or str(exc)
+        changes.append(GroupChange(group, "reset", targets, None, error))
+    return changes
+
+
+def plan_delete(groups: Sequence[str], state: GroupState) -> list[GroupChange]:
+    """Delete Empty groups; their offsets go to the ledger so a rollback can restore them."""
+    changes = []
+    for group in groups:
+        info = state.infos.get(group)
+        committed = state.committed.get(group, {})
+        targets = [Target(group, t, p, o, o) for (t, p), o in sorted(committed.items())]
+        error = None
+        if info is not None and info.state != "EMPTY":
+            error = f"group {group} is {info.state}; only Empty groups are deleted"
+        changes.append(GroupChange(group, "delete", targets, None, error, is_delete=True))
+    return changes
+
+
+# ------------------------------------------------------------------------------------- load
+
+
+def apply_changes(
+    cluster: Cluster,
+    changes: Sequence[GroupChange],
+    execute: bool,
+    progress: Callable[[str], None],
+) -> None:
+    """Commit each group's targets in one verified request (or delete it), only if the group
+    is still inactive at that moment. Errors stay with their group; other groups go on."""
+    if not execute:
+        return
+    for change in changes:
+        if change.error is not None:
+            continue
+        try:
+            if change.is_delete:
+                info = kafka_admin.describe_groups(cluster, [change.group])[change.group]
+                if info.state != "EMPTY":
+                    raise kafka_admin.GroupActiveError(
+                        f"group {change.group} is {info.state}; only Empty groups are deleted"
+                    )
+                error = kafka_admin.delete_groups(cluster, [change.group])[change.group]
+                if error:
+                    raise kafka_admin.ClusterError(f"deleting group {change.group}: {error}")
+                if kafka_admin.committed_offsets(cluster, [change.group])[change.group]:
+                    raise kafka_admin.ClusterError(f"group {change.group} still has offsets")
+            else:
+                offsets = {(t.topic, t.partition): t.new_offset for t in change.targets}
+                kafka_admin.commit_if_inactive(cluster, change.group, offsets)
+            change.committed = True
+            progress(f"{change.action}: {change.group} done")
+        except kafka_admin.ClusterError as exc:
+            change.error = str(exc)
+
+
+def delete_source_after_copy(
+    cluster: Cluster, source: str, changes: Sequence[GroupChange]
+) -> GroupChange | None:
+    """`--delete-source`: delete the source group once every copy is verified."""
+    if not changes or not all(c.committed for c in changes):
+        return None
+    committed = kafka_admin.committed_offsets(cluster, [source])[source]
+    change = GroupChange(
+        source,
+        "delete",
+        [Target(source, t, p, o, o) for (t, p), o in sorted(committed.items())],
+        is_delete=True,
+    )
+    apply_changes(cluster, [change], True, lambda _m: None)
+    return change
+
+
+def change_status(change: GroupChange, execute: bool) -> str:
+    if change.error is not None:
+        return "REFUSED" if not change.committed else "FAILED"
+    if not execute:
+        return "PLANNED"
+    return "DELETED" if change.is_delete else "COMMITTED"
+
+
+def change_rows(changes: Iterable[GroupChange], execute: bool) -> list[dict]:
+    """Output rows, one per group × partition (a group with nothing to write: one row)."""
+    rows = []
+    for change in changes:
+        status = change_status(change, execute)
+        for t in change.targets or [None]:
+            rows.append(
+                {
+                    "group": change.group,
+                    "source_group": change.source_group,
+                    "topic": t.topic if t else None,
+                    "partition": t.partition if t else None,
+                    "previous_offset": t.previous_offset if t else None,
+                    "new_offset": None if (t is None or change.is_delete) else t.new_offset,
+                    "status": status,
+                    "note": change.error or (t.note if t else None),
+                }
+            )
+    return rows
+
+
+def ledger_rows(changes: Iterable[GroupChange], cluster: Cluster, execute: bool) -> list[dict]:
+    """Ledger rows for the shared audit table (rollback restores `previous_offset`)."""
+    out = []
+    for row, change in (
+        (r, c) for c in changes for r in change_rows([c], execute) if r["topic"] is not None
+    ):
+        out.append(
+            {
+                "cluster": cluster.conf.get("bootstrap.servers"),
+                "group": row["group"],
+                "source_group": row["source_group"],
+                "topic": row["topic"],
+                "partition": row["partition"],
+                "previous_offset": row["previous_offset"],
+                "new_offset": row["new_offset"],
+                "status": row["status"],
+                "is_committed": change.committed,
+                "message": row["note"],
+            }
+        )
+    return out
