@@ -179,7 +179,11 @@ class KafkaRangesReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[RangePartition]:
-        return plan_partitions(self.ranges, self.max_records, self.min_partitions)
+        # With no tasks Spark would call read() once with its own bare InputPartition; one task
+        # with nothing to read keeps read() on the one code path.
+        return plan_partitions(self.ranges, self.max_records, self.min_partitions) or [
+            RangePartition([])
+        ]
 
     def read(self, partition: RangePartition) -> Iterator:
         # Imported here so the reader pickles without the client library on the driver path.

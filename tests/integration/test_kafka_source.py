@@ -93,6 +93,10 @@ def test_subrange_empty_range_and_range_past_end(spark, cluster, topic):
     )
     expected = _expected_df(spark, name, 0, records[10:20], offsets[10:20])
     assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
+    # nothing but empty ranges (or none at all) is an empty DataFrame, not an error
+    for ranges in ([OffsetRange(name, 0, 25, 25), OffsetRange(name, 2, 0, 10)], []):
+        nothing = read_ranges(spark, cluster.config, ranges, hash_fields=["key", "value"])
+        assert nothing.count() == 0 and "sha256" in nothing.columns
 
 
 def test_split_ranges_give_the_same_rows(spark, cluster, topic):

@@ -1,0 +1,149 @@
+"""spark-submit entry point: decode `__consumer_offsets` into Delta tables.
+
+    ./spark-submit.sh decode-offsets --config FILE [--topic __consumer_offsets]
+        [--from earliest|latest-snapshot] [-o table|json|csv] [--set KEY=VALUE ...]
+
+Reads every partition of the topic from the `cluster` section, from log start to log end,
+through the `ferry-kafka` source and decodes each record on the executors (see
+ferry.offsets_topic). `--from earliest` (default) keeps every record: the full history.
+`--from latest-snapshot` keeps only the latest record per partition and key, what log
+compaction converges to; tombstones are kept as deletions.
+
+Each run appends to three Delta tables, every row tagged with the run id: offset commits to
+offsets.commits_path, group metadata to offsets.groups_path, and to offsets.quarantine_path
+the records that are neither: `malformed` ones with the reason, `unsupported` (newer record
+types) kept raw. All three paths are required, checked before anything is read: the job
+writes tables and never prints records in their place. The output is a summary, one row per
+kind with its record count.
+
+Nothing is changed on the cluster, so there is no dry run. Exit 0 when the topic was read and
+written entirely, malformed records included (they are in the quarantine table, and stderr
+says how many and where); 1 when reading or writing failed; 2 for usage or config errors,
+or a topic the cluster does not have.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pyspark import StorageLevel
+
+from ferry import delta, kafka_admin, offsets_topic
+from ferry.cli import (
+    EXIT_OK,
+    ArgumentParser,
+    Progress,
+    UsageError,
+    add_common_arguments,
+    emit,
+    run,
+)
+from ferry.config import load_config, require
+from ferry.kafka_admin import Cluster
+from ferry.kafka_source import OffsetRange, read_ranges
+from ferry.ledger import new_run_id
+from ferry.session import build_session
+
+DEFAULT_TOPIC = "__consumer_offsets"
+SUMMARY_COLUMNS = ["kind", "records", "deletions", "path"]
+
+
+def parse_args(argv: list[str]):  # noqa: ANN201
+    parser = ArgumentParser(prog="decode-offsets", description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
+    parser.add_argument("--topic", default=DEFAULT_TOPIC, help=f"default {DEFAULT_TOPIC}")
+    parser.add_argument(
+        "--from",
+        dest="read_from",
+        choices=("earliest", "latest-snapshot"),
+        default="earliest",
+        help="every record (default), or only the latest per key as compaction keeps it",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    cfg = load_config(args.config, args.set)
+    require(
+        cfg, "cluster", "offsets.commits_path", "offsets.groups_path", "offsets.quarantine_path"
+    )
+    progress = Progress(not args.quiet)
+    cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
+
+    partitions = kafka_admin.list_topics(cluster, include_internal=True).get(args.topic)
+    if partitions is None:
+        raise UsageError(f"topic {args.topic} does not exist on {cluster.name}")
+    bounds = kafka_admin.watermarks(cluster, [(args.topic, p) for p in range(partitions)])
+    ranges = [OffsetRange(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items()) if e > s]
+    total = sum(r.end - r.start for r in ranges)
+    progress(f"reading up to {total} records from {partitions} partitions of {args.topic}")
+
+    spark = build_session("ferry-decode-offsets")
+    # The cluster section may set isolation.level itself; reader.isolation_level otherwise.
+    client_conf = {"isolation.level": cfg.reader.isolation_level, **cluster.conf}
+    records_df = read_ranges(
+        spark,
+        client_conf,
+        ranges,
+        cluster=cluster.name,
+        columns=offsets_topic.INPUT_COLUMNS,
+        max_records_per_partition=cfg.reader.max_records_per_task,
+        timeout_ms=cfg.reader.timeout_ms,
+    )
+    decoded_df = offsets_topic.with_decoded(records_df)
+    if args.read_from == "latest-snapshot":
+        decoded_df = offsets_topic.filter_latest_per_key(decoded_df)
+    # Counted once and written three times: keep the decoded rows instead of reading the
+    # topic again for each table.
+    decoded_df = decoded_df.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = offsets_topic.kind_counts(decoded_df)
+        progress(f"decoded {sum(n for n, _ in counts.values())} records; writing")
+        run_id = new_run_id("decode-offsets")
+        tables = (
+            (offsets_topic.filter_offset_commits, cfg.offsets.commits_path),
+            (offsets_topic.filter_group_metadata, cfg.offsets.groups_path),
+            (offsets_topic.filter_quarantine, cfg.offsets.quarantine_path),
+        )
+        writers = {
+            delta.append(spark, select(decoded_df, run_id, args.read_from), path)
+            for select, path in tables
+        }
+    finally:
+        decoded_df.unpersist()
+
+    paths = {
+        offsets_topic.KIND_OFFSET_COMMIT: cfg.offsets.commits_path,
+        offsets_topic.KIND_GROUP_METADATA: cfg.offsets.groups_path,
+        offsets_topic.KIND_UNSUPPORTED: cfg.offsets.quarantine_path,
+        offsets_topic.KIND_MALFORMED: cfg.offsets.quarantine_path,
+    }
+    rows = [
+        {
+            "kind": kind,
+            "records": n,
+            "deletions": deletions if kind in offsets_topic.DELETABLE_KINDS else None,
+            "path": paths[kind],
+        }
+        for kind, (n, deletions) in counts.items()
+    ]
+    emit(rows, SUMMARY_COLUMNS, args.output)
+    malformed = counts[offsets_topic.KIND_MALFORMED][0]
+    if malformed:
+        print(
+            f"warning: {malformed} malformed records quarantined in {cfg.offsets.quarantine_path}"
+            " (kind = malformed, column reason says why)",
+            file=sys.stderr,
+        )
+    print(
+        f"{sum(r['records'] for r in rows)} records of {args.topic} decoded "
+        f"({args.read_from}); run {run_id}; written via {', '.join(sorted(writers))}",
+        file=sys.stdout if args.output == "table" else sys.stderr,
+    )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))
