@@ -10,9 +10,9 @@ run, `--execute`, and a read-back that checks every migrated group landed exactl
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -47,7 +47,10 @@ def source_records(topic: str, partition: int, base_ms: int) -> list[Record]:
 
 
 def main() -> int:
-    work = Path(tempfile.mkdtemp(prefix="ferry-demo-"))
+    # A fixed place (gitignored), so notebooks/ferry_overview.ipynb finds this demo's ledger.
+    work = ROOT / "var" / "demo"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     print(f"demo: working in {work}")
     with local_brokers("source", "destination", log_dir=work / "logs") as (source, dest):
         print(f"demo: source broker on {source.bootstrap}, destination on {dest.bootstrap}")
@@ -100,7 +103,13 @@ def main() -> int:
             print(f"demo: {label} exited {code}")
             if code != 0:
                 return code
-        return check_landed(dest.config)
+        code = check_landed(dest.config)
+        (work / "overview.yaml").write_text(f"ledger:\n  path: {work / 'ledger'}\n")
+        print(
+            "demo: notebooks/ferry_overview.ipynb plots this demo's ledger "
+            f"(it reads {work / 'overview.yaml'})"
+        )
+        return code
 
 
 def check_landed(dest_config: dict) -> int:
