@@ -99,24 +99,56 @@ def with_context(records_df: DataFrame, k: int) -> DataFrame:
 
 
 def select_anchors(committed_df: DataFrame, src_context_df: DataFrame) -> DataFrame:
-    """One row per committed offset with its anchor record and the anchor's context."""
+    """One row per committed offset with its anchor record and the anchor's context.
+
+    Each distinct committed offset is placed as a marker among its partition's records; one
+    sort per partition then finds the nearest record before it and at or after it, so the cost
+    grows with records + committed offsets, not with their product (many groups share a
+    partition). The marker sorts before a record at the same offset, which is "at or after".
+    """
     c = committed_df.select(*COMMITTED_COLUMNS)
-    r = src_context_df.select(
-        F.col("topic").alias("r_topic"),
-        F.col("partition").alias("r_partition"),
-        F.col("offset").alias("r_offset"),
-        F.struct(
-            F.col("offset"), F.col("timestamp_ms"), F.col("sha256"), F.col("before"), F.col("after")
-        ).alias("r_record"),
+    record_type = src_context_df.select(
+        F.struct("offset", "timestamp_ms", "sha256", "before", "after").alias("record")
+    ).schema["record"].dataType
+    markers = c.select(
+        F.col("src_topic").alias("topic"),
+        F.col("src_partition").alias("partition"),
+        F.col("committed_offset").alias("offset"),
+        F.lit(None).cast(record_type).alias("record"),
+    ).distinct()
+    records = src_context_df.select(
+        "topic",
+        "partition",
+        "offset",
+        F.struct("offset", "timestamp_ms", "sha256", "before", "after").alias("record"),
     )
-    joined = c.join(r, (c.src_topic == r.r_topic) & (c.src_partition == r.r_partition), "left")
-    is_before = F.col("r_offset") < F.col("committed_offset")
-    is_at_or_after = F.col("r_offset") >= F.col("committed_offset")
-    # The record struct leads with its offset, so max/min over it pick the nearest record.
-    best = joined.groupBy(*COMMITTED_COLUMNS).agg(
-        F.max(F.when(is_before, F.col("r_record"))).alias("last"),
-        F.min(F.when(is_at_or_after, F.col("r_record"))).alias("next"),
+    ordered = Window.partitionBy("topic", "partition").orderBy(
+        F.col("offset"), F.col("record").isNull().desc()
     )
+    nearest = (
+        markers.unionByName(records)
+        .select(
+            "topic",
+            "partition",
+            "offset",
+            "record",
+            F.last("record", ignorenulls=True)
+            .over(ordered.rowsBetween(Window.unboundedPreceding, -1))
+            .alias("last"),
+            F.first("record", ignorenulls=True)
+            .over(ordered.rowsBetween(1, Window.unboundedFollowing))
+            .alias("next"),
+        )
+        .filter(F.col("record").isNull())
+        .select(
+            F.col("topic").alias("src_topic"),
+            F.col("partition").alias("src_partition"),
+            F.col("offset").alias("committed_offset"),
+            "last",
+            "next",
+        )
+    )
+    best = c.join(nearest, ["src_topic", "src_partition", "committed_offset"], "left")
     kind = (
         F.when(F.col("last").isNotNull(), F.lit("last"))
         .when(F.col("next").isNotNull(), F.lit("next"))

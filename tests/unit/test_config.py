@@ -186,7 +186,13 @@ def test_selection_is_a_full_match_minus_excludes(tmp_path):
 
 @pytest.mark.parametrize("name", ["migrate.yaml", "groups.yaml", "lag.yaml", "decode-offsets.yaml"])
 def test_example_configs_load(name):
-    env = {"SOURCE_KAFKA_PASSWORD": "x", "KAFKA_USER": "u", "KAFKA_PASSWORD": "p"}
+    env = {
+        "SOURCE_KAFKA_PASSWORD": "x",
+        "KAFKA_USER": "u",
+        "KAFKA_PASSWORD": "p",
+        "FERRY_SOURCE_BOOTSTRAP": "old:9092",
+        "FERRY_DESTINATION_BOOTSTRAP": "new:9092",
+    }
     assert load_config(CONF / name, env=env) is not None
 
 

@@ -211,3 +211,28 @@ def test_group_is_all_or_nothing(spark):
     assert not by_group[("g", 0)].is_group_resolved
     assert by_group[("g", 1)].unresolved_count == 1
     assert by_group[("h", 0)].is_group_resolved
+
+
+def test_anchors_across_gaps_for_many_groups_sharing_a_partition(spark):
+    # Compaction left gaps; every group's anchor is the nearest record before its offset
+    # (or the first at/after it), never offset - 1.
+    values = ["a", "b", "c", "d", "e", "f"]
+    src = records(spark, "src", values, offsets=[3, 4, 5, 8, 9, 12])
+    commits = {"g2": 2, "g3": 3, "g4": 4, "g7": 7, "g8": 8, "g9": 9, "g12": 12, "g13": 13}
+    committed_df = spark.createDataFrame(
+        [(g, "src", 0, c, "dst", 0, 0, 13) for g, c in commits.items()], COMMITTED_SCHEMA
+    )
+    anchors = {
+        r.group: (r.anchor_kind, r.anchor_offset)
+        for r in matching.select_anchors(committed_df, matching.with_context(src, 2)).collect()
+    }
+    assert anchors == {
+        "g2": ("next", 3),
+        "g3": ("next", 3),
+        "g4": ("last", 3),
+        "g7": ("last", 5),
+        "g8": ("last", 5),
+        "g9": ("last", 8),
+        "g12": ("last", 9),
+        "g13": ("last", 12),
+    }
