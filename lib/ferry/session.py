@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -23,8 +24,16 @@ def build_session(app_name: str = "ferry") -> SparkSession:
         # Local runs: Python workers must use this interpreter, where ferry is installed.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = SparkSession.builder.appName(app_name)
-        if not SparkConf().contains("spark.master"):
+        conf = SparkConf()
+        if not conf.contains("spark.master"):
             builder = builder.master(os.environ.get("FERRY_MASTER", "local[*]"))
+        quiet = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
+        if not conf.contains("spark.driver.extraJavaOptions") and quiet.is_file():
+            # Run from a checkout (tests, notebooks, benches): keep Spark's start-up lines off
+            # the console as spark-submit.sh does. Under spark-submit this is already set.
+            builder = builder.config(
+                "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{quiet}"
+            )
         spark = (
             builder.config("spark.sql.shuffle.partitions", "8")
             .config("spark.sql.session.timeZone", "UTC")
