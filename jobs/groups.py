@@ -32,6 +32,7 @@ from ferry.cli import (
     Progress,
     UsageError,
     add_common_arguments,
+    check_regex,
     emit,
     emit_json,
     run,
@@ -126,17 +127,8 @@ def main(argv: list[str]) -> int:
     return handler(args, cfg, cluster, progress)
 
 
-def _regex(option: str, pattern: str | None) -> None:
-    if pattern is None:
-        return
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"{option} {pattern!r} is not a valid regex: {exc}") from None
-
-
 def _selected(cluster: Cluster, pattern: str | None) -> list[str]:
-    _regex("--group", pattern)
+    check_regex("--group", pattern)
     names = groups.select_groups(cluster, pattern)
     if not names:
         what = f"matches --group {pattern}" if pattern else "exists"
@@ -173,7 +165,7 @@ def list_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
 
 
 def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
-    _regex("--topic", args.topic)
+    check_regex("--topic", args.topic)
     names = _selected(cluster, args.group)
     progress(f"describing {len(names)} groups")
     state = groups.fetch_groups(cluster, names)
@@ -240,7 +232,7 @@ def _finish(args, cfg, cluster, changes, action: str) -> int:  # noqa: ANN001
 
 
 def copy_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
-    _regex("--topic", args.topic)
+    check_regex("--topic", args.topic)
     if len(set(args.targets)) != len(args.targets):
         raise UsageError("--to names a group twice")
     if args.delete_source and args.allow_active_source:
@@ -291,7 +283,7 @@ def reset_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
             )
         file_offsets = {names[0]: file_offsets[""]}
     elif file_offsets is not None:
-        _regex("--group", args.group)
+        check_regex("--group", args.group)
         wanted = re.compile(args.group) if args.group else None
         names = sorted(g for g in file_offsets if wanted is None or wanted.fullmatch(g))
         if not names:

@@ -11,12 +11,11 @@ a cluster call failed, 2 for usage or config errors.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 
 from ferry import groups, lag_history
-from ferry.cli import EXIT_OK, ArgumentParser, Progress, UsageError, add_common_arguments, run
+from ferry.cli import EXIT_OK, ArgumentParser, Progress, add_common_arguments, check_regex, run
 from ferry.config import load_config, require
 from ferry.kafka_admin import Cluster
 from ferry.session import build_session
@@ -34,11 +33,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.set)
     require(cfg, "cluster", "history.path")
-    if args.group is not None:
-        try:
-            re.compile(args.group)
-        except re.error as exc:
-            raise UsageError(f"--group {args.group!r} is not a valid regex: {exc}") from None
+    check_regex("--group", args.group)
     cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
     progress = Progress(not args.quiet)
 

@@ -21,9 +21,8 @@ import re
 import sys
 import time
 from collections import Counter
-from datetime import datetime, timezone
 
-from ferry import delta, lag_history
+from ferry import delta, lag_history, reset
 from ferry.cli import (
     EXIT_OK,
     ArgumentParser,
@@ -31,6 +30,7 @@ from ferry.cli import (
     Progress,
     UsageError,
     add_common_arguments,
+    check_regex,
     emit,
     emit_json,
     run,
@@ -84,15 +84,9 @@ def parse_now(text: str) -> int:
     if re.fullmatch(r"\d+", raw):
         return int(raw)
     try:
-        value = datetime.fromisoformat(raw[:-1] + "+00:00" if raw.endswith("Z") else raw)
-    except ValueError:
-        raise UsageError(
-            f"--now {text!r} is neither epoch ms nor an ISO-8601 date-time like "
-            "2026-01-31T12:00:00Z"
-        ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return int(value.timestamp() * 1000)
+        return reset.to_epoch_ms(reset.parse_datetime(raw, "--now"))
+    except reset.ResetError as exc:
+        raise UsageError(f"{exc} (or epoch ms)") from None
 
 
 def main(argv: list[str]) -> int:
@@ -105,11 +99,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--window must be >= 1, got {window}")
     if allowed_lag < 0:
         raise UsageError(f"--allowed-lag must be >= 0, got {allowed_lag}")
-    if args.group is not None:
-        try:
-            re.compile(args.group)
-        except re.error as exc:
-            raise UsageError(f"--group {args.group!r} is not a valid regex: {exc}") from None
+    check_regex("--group", args.group)
     now_ms = parse_now(args.now) if args.now is not None else None
     progress = Progress(not args.quiet)
     path = cfg.history.path

@@ -60,6 +60,16 @@ _WRAPPED = re.compile(
 )
 
 
+def check_regex(option: str, pattern: str | None) -> None:
+    """A command-line regex that does not compile is a usage error naming the option."""
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"{option} {pattern!r} is not a valid regex: {exc}") from None
+
+
 def one_line(exc: BaseException) -> str:
     """The message a user needs; digs our own errors out of Spark's wrapped exceptions."""
     text = str(exc)

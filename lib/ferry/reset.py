@@ -70,9 +70,9 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**parts)
 
 
-def parse_datetime(text: str) -> datetime:
+def parse_datetime(text: str, option: str = "--to-datetime") -> datetime:
     """ISO-8601 date-time; without a zone it is UTC (kafka-consumer-groups uses local time,
-    which on a scheduler is rarely what anyone means)."""
+    which on a scheduler is rarely what anyone means). Errors name `option`."""
     raw = text.strip()
     if raw.endswith("Z"):
         raw = raw[:-1] + "+00:00"
@@ -80,7 +80,7 @@ def parse_datetime(text: str) -> datetime:
         value = datetime.fromisoformat(raw)
     except ValueError:
         raise ResetError(
-            f"--to-datetime {text!r} is not an ISO-8601 date-time like 2026-01-31T12:00:00"
+            f"{option} {text!r} is not an ISO-8601 date-time like 2026-01-31T12:00:00"
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
