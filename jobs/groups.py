@@ -115,6 +115,7 @@ def main(argv: list[str]) -> int:
     if getattr(args, "execute", False):
         require(cfg, "ledger.path")
     cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
+    kafka_admin.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     progress = Progress(not args.quiet)
     handler = {
         "list": list_main,

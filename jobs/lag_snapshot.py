@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ferry import groups, lag_history
+from ferry import groups, kafka_admin, lag_history
 from ferry.cli import EXIT_OK, ArgumentParser, Progress, add_common_arguments, check_regex, run
 from ferry.config import load_config, require
 from ferry.kafka_admin import Cluster
@@ -35,6 +35,7 @@ def main(argv: list[str]) -> int:
     require(cfg, "cluster", "history.path")
     check_regex("--group", args.group)
     cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
+    kafka_admin.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     progress = Progress(not args.quiet)
 
     names = [g for g in groups.select_groups(cluster, args.group) if cfg.groups.matches(g)]

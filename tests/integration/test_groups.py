@@ -300,12 +300,20 @@ def test_delete_and_rollback(cluster, world, unique):
     assert done.code == 0, done.stderr
     assert committed(cluster, group) == {}
     run_id = done.stdout.split("; run ")[1].split(";")[0]
+    # the same broker under another name: the run changed 127.0.0.1:PORT, not this cluster
+    other_name = cluster.bootstrap.replace("127.0.0.1", "localhost")
     elsewhere = groups(
         world, "rollback", "--rollback", run_id, "--execute", "--set",
-        "cluster.bootstrap.servers=127.0.0.1:9",
+        f"cluster.bootstrap.servers={other_name}",
     )
     assert elsewhere.code == 2 and f"run {run_id} changed {cluster.bootstrap}" in elsewhere.stderr
     assert committed(cluster, group) == {}
+    unreachable = groups(
+        world, "rollback", run_id, "--execute", "--set", "cluster.bootstrap.servers=127.0.0.1:9",
+        "--set", "reader.timeout_ms=1000",
+    )
+    assert unreachable.code == 1
+    assert "cannot reach cluster (127.0.0.1:9) within 1s" in unreachable.stderr
     undo = groups(world, "rollback", "--rollback", run_id, "--execute")
     assert undo.code == 0, undo.stderr
     assert committed(cluster, group) == {(a, 0): 2, (a, 1): 3}
