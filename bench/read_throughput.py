@@ -104,6 +104,7 @@ def main() -> int:
         print(f"single consumer : {total} records in {consumer_s:6.2f}s = {rate_c:10,.0f} rec/s")
         print(f"ferry-kafka     : {total} records in {source_s:6.2f}s = {rate_s:10,.0f} rec/s")
         print(f"ratio (data source / consumer): {rate_s / rate_c:.2f}x (target >= 0.60x)")
+        spark.stop()  # before the broker goes, so no Python worker is left writing to it
     return 0
 
 
