@@ -88,5 +88,9 @@ fi
 case "$MASTER" in local*) export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$PY}" ;; esac
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$PY}"
 
+# spark-submit's PythonRunner merges the Python driver's stderr into its stdout, which would put
+# progress and errors into `-o json` output. After exec this shell's pid is the JVM's, the
+# driver's parent: the driver writes its stderr to the JVM's own stderr through /proc (lib/ferry/cli.py).
+[ -e "/proc/$$/fd/2" ] && export FERRY_STDERR_OF_PID="$$"
 exec "$SUBMIT" --master "$MASTER" --name "ferry-$JOB" --py-files "$LIB_ZIP" \
   --conf spark.sql.session.timeZone=UTC "${SPARK_ARGS[@]}" "$JOB_FILE" "$@"

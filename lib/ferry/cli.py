@@ -12,6 +12,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -80,9 +81,25 @@ def one_line(exc: BaseException) -> str:
     return first[:500]
 
 
+def _restore_stderr() -> None:
+    """Under spark-submit.sh, write stderr to spark-submit's real stderr (see the script):
+    spark-submit merges the driver's stderr into stdout. Only when the named process is this
+    one's parent, so a stray variable never writes into another process's stream."""
+    pid = os.environ.get("FERRY_STDERR_OF_PID", "")
+    if not pid.isdigit() or int(pid) != os.getppid():
+        return
+    try:
+        sys.stderr = open(f"/proc/{pid}/fd/2", "a", buffering=1)  # noqa: SIM115 - for the run
+    except OSError:
+        pass
+
+
 def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> int:
     """Call a job's main and turn exceptions into one-line errors and exit codes."""
     from ferry.config import ConfigError
+
+    if argv is None:
+        _restore_stderr()
 
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
