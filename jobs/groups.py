@@ -52,7 +52,6 @@ CHANGE_COLUMNS = [
     "note",
 ]
 LIST_COLUMNS = ["group", "state", "protocol_type", "members", "topics", "partitions"]
-ROLLBACK_COLUMNS = ["group", "topic", "partition", "previous_offset", "new_offset", "status"]
 TOTAL_COLUMNS = ["group", "group_state", "partition_count", "lag", "time_lag_ms"]
 
 
@@ -354,7 +353,7 @@ def rollback_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     require(cfg, "ledger.path")
     spark = build_session("ferry-groups-rollback")
     done = rollback.run_rollback(spark, cluster, cfg.ledger.path, run_id, args.execute, progress)
-    emit(done.rows, ROLLBACK_COLUMNS, args.output)
+    emit(done.rows, rollback.ROLLBACK_COLUMNS, args.output)
     for group, error in sorted(done.errors.items()):
         print(f"not rolled back: {group}: {error}", file=sys.stderr)
     n, failed = len(done.plan), len(done.errors)

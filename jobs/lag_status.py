@@ -133,6 +133,7 @@ def main(argv: list[str]) -> int:
         suffix = f"; status appended to {cfg.history.status_path} via {writer}"
 
     shown = [r for r in rows if args.all_partitions or r["status"] != "OK"]
+    groups = group_rows(rows)
     if args.output == "json":
         emit_json(lag_history.burrow_responses(rows, args.all_partitions))
     elif args.output == "csv":
@@ -140,8 +141,7 @@ def main(argv: list[str]) -> int:
     else:
         emit(shown, PARTITION_COLUMNS, "table")
         print()
-        emit(group_rows(rows), GROUP_COLUMNS, "table")
-    groups = group_rows(rows)
+        emit(groups, GROUP_COLUMNS, "table")
     counts = Counter(g["status"] for g in groups)
     tally = ", ".join(f"{counts[s]} {s}" for s in ("OK", "WARN", "ERR"))
     print(

@@ -105,11 +105,7 @@ def rollback_main(args, cfg, progress) -> int:  # noqa: ANN001
     done = rollback.run_rollback(
         spark, dst, cfg.ledger.path, args.rollback, args.execute, progress
     )
-    emit(
-        done.rows,
-        ["group", "topic", "partition", "previous_offset", "new_offset", "status"],
-        args.output,
-    )
+    emit(done.rows, rollback.ROLLBACK_COLUMNS, args.output)
     for group, error in sorted(done.errors.items()):
         print(f"not rolled back: {group}: {error}", file=sys.stderr)
     n, failed = len(done.plan), len(done.errors)

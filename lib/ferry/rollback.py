@@ -18,6 +18,9 @@ from pyspark.sql import DataFrame, SparkSession
 from ferry import kafka_admin, ledger
 from ferry.kafka_admin import Cluster
 
+# What a rollback prints, per group partition (migrate and groups alike).
+ROLLBACK_COLUMNS = ["group", "topic", "partition", "previous_offset", "new_offset", "status"]
+
 
 @dataclass
 class RollbackGroup:
