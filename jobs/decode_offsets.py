@@ -81,16 +81,15 @@ def main(argv: list[str]) -> int:
     progress(f"reading up to {total} records from {partitions} partitions of {args.topic}")
 
     spark = build_session("ferry-decode-offsets")
-    # The cluster section may set isolation.level itself; reader.isolation_level otherwise.
-    client_conf = {"isolation.level": cfg.reader.isolation_level, **cluster.conf}
     records_df = read_ranges(
         spark,
-        client_conf,
+        cluster.conf,
         ranges,
         cluster=cluster.name,
         columns=offsets_topic.INPUT_COLUMNS,
         max_records_per_partition=cfg.reader.max_records_per_task,
         timeout_ms=cfg.reader.timeout_ms,
+        isolation_level=cfg.reader.isolation_level,  # an isolation.level in `cluster` wins
     )
     decoded_df = offsets_topic.with_decoded(records_df)
     if args.read_from == "latest-snapshot":

@@ -171,6 +171,7 @@ def read_positions(
             columns=("topic", "partition", "offset", "timestamp"),
             max_records_per_partition=reader.max_records_per_task,
             timeout_ms=reader.timeout_ms,
+            isolation_level=reader.isolation_level,
         )
         for rec in records_df.select(
             "topic", "partition", "offset", F.unix_millis("timestamp").alias("ts")

@@ -15,6 +15,8 @@ Options (all strings, as Spark passes them):
     minPartitions             small ranges share a task while there are at least this many
                               tasks (default 1; read_ranges passes 2 × default parallelism)
     timeoutMs                 fail a task that makes no progress for this long (default 30000)
+    isolationLevel            read_committed (default) or read_uncommitted; a
+                              kafka.isolation.level property, when given, wins
     hash                      comma list of key,value,headers: adds a `sha256` column
                               (see ferry.hashing for the encoding)
     hashIgnoreHeaders         JSON list of header names left out of the hash
@@ -175,6 +177,9 @@ class KafkaRangesReader(DataSourceReader):
             options.get("hashignoreheaders", options.get("hashIgnoreHeaders", "[]"))
         )
         self.min_partitions = int(options.get("minpartitions", options.get("minPartitions", 1)))
+        self.isolation_level = options.get(
+            "isolationlevel", options.get("isolationLevel", "read_committed")
+        )
         self.columns = [f.name for f in schema.fields]
         self.schema = schema
 
@@ -185,6 +190,25 @@ class KafkaRangesReader(DataSourceReader):
             RangePartition([])
         ]
 
+    def consumer_conf(self, error_cb) -> dict:  # noqa: ANN001
+        """The reading consumer's properties: the cluster's, plus what a plain assigned reader
+        needs. Client properties given for the cluster win over Ferry's defaults."""
+        conf = {
+            **self.client_conf,
+            "group.id": "ferry-range-reader",  # required by librdkafka; never joined or committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "error_cb": error_cb,
+        }
+        conf.setdefault("isolation.level", self.isolation_level)
+        # A range often ends at the partition's end; answer EOF quickly instead of waiting.
+        conf.setdefault("fetch.wait.max.ms", 50)
+        conf.setdefault("fetch.max.bytes", 64 * 1024 * 1024)
+        conf.setdefault("log_level", 0)
+        return conf
+
     def read(self, partition: RangePartition) -> Iterator:
         # Imported here so the reader pickles without the client library on the driver path.
         import pyarrow as pa
@@ -193,20 +217,7 @@ class KafkaRangesReader(DataSourceReader):
         from ferry.hashing import record_hasher
 
         last_error: list[str] = []
-        conf = {
-            **self.client_conf,
-            "group.id": "ferry-range-reader",  # required by librdkafka; never joined or committed
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "error_cb": lambda err: last_error.append(str(err)),
-        }
-        conf.setdefault("isolation.level", "read_committed")
-        # A range often ends at the partition's end; answer EOF quickly instead of waiting.
-        conf.setdefault("fetch.wait.max.ms", 50)
-        conf.setdefault("fetch.max.bytes", 64 * 1024 * 1024)
-        conf.setdefault("log_level", 0)
+        conf = self.consumer_conf(lambda err: last_error.append(str(err)))
         hasher = record_hasher(self.hash_fields, self.ignore_headers) if self.hash_fields else None
         arrow_schema = _arrow_schema(self.schema)
         batch = _Batch(self.columns, hasher)
@@ -341,6 +352,7 @@ def read_ranges(
     max_records_per_partition: int = DEFAULT_MAX_RECORDS,
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
     min_partitions: int | None = None,
+    isolation_level: str = "read_committed",
 ) -> DataFrame:
     """Read the given ranges of one cluster as a DataFrame (see the module docstring).
 
@@ -358,6 +370,7 @@ def read_ranges(
         .option("maxRecordsPerPartition", str(max_records_per_partition))
         .option("timeoutMs", str(timeout_ms))
         .option("minPartitions", str(min_partitions))
+        .option("isolationLevel", isolation_level)
     )
     if cluster:
         reader = reader.option("cluster", cluster)

@@ -251,6 +251,7 @@ def read_records(
         columns=["topic", "partition", "offset", "timestamp", "sha256"],
         max_records_per_partition=cfg.reader.max_records_per_task,
         timeout_ms=cfg.reader.timeout_ms,
+        isolation_level=cfg.reader.isolation_level,
     ).select(
         "topic",
         "partition",
