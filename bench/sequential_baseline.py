@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from ferry import kafka_admin
 from ferry.hashing import record_hasher
 from ferry.kafka_admin import Cluster
-from ferry.migrate import merge_intervals
+from ferry.migrate.ranges import merge_intervals
 
 HASH = record_hasher(["key", "value"])
 

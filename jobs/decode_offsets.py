@@ -36,10 +36,10 @@ from ferry.cli import (
     UsageError,
     add_common_arguments,
     emit,
+    exit_process,
     run,
 )
 from ferry.config import load_config, require
-from ferry.kafka_admin import Cluster
 from ferry.kafka_source import OffsetRange, read_ranges
 from ferry.ledger import new_run_id
 from ferry.session import build_session
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
         cfg, "cluster", "offsets.commits_path", "offsets.groups_path", "offsets.quarantine_path"
     )
     progress = Progress(not args.quiet)
-    cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
+    cluster = cfg.client("cluster")
 
     partitions = kafka_admin.list_topics(cluster, include_internal=True).get(args.topic)
     if partitions is None:
@@ -145,4 +145,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    exit_process(run(main))

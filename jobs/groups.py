@@ -11,10 +11,11 @@
 
 SPEC is one of --to-earliest, --to-latest, --to-current, --to-offset N, --shift-by N,
 --to-datetime ISO8601, --by-duration PnDTnHnMnS, --from-file CSV (kafka-consumer-groups
-semantics; see ferry.reset). Changing verbs are dry runs unless --execute; executed changes are
-appended to the Delta ledger at ledger.path (dry runs of copy/reset/delete are not; rollbacks
-are, dry or not), so `groups rollback RUN_ID` undoes them. Exit 0 when everything asked was
-done, 1 when something was not, 2 for usage.
+semantics; see ferry.reset). Changing verbs are dry runs unless --execute; executed changes go
+through the write-ahead ledger at ledger.path (intent before the write, outcome after; dry runs
+of copy/reset/delete are not recorded, rollbacks are, dry or not), so `groups rollback RUN_ID`
+undoes them. A copy only moves an existing group forward (--allow-rewind to move it back).
+Exit 0 when everything asked was done, 1 when something was not, 2 for usage.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from ferry import groups, kafka_admin, ledger, reset, rollback
+from ferry import commit, groups, kafka_admin, reset, rollback
 from ferry.cli import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -35,10 +36,12 @@ from ferry.cli import (
     check_regex,
     emit,
     emit_json,
+    exit_process,
     run,
 )
 from ferry.config import load_config, require
 from ferry.kafka_admin import Cluster
+from ferry.ledger import Ledger, new_run_id
 from ferry.session import build_session
 
 CHANGE_COLUMNS = [
@@ -81,6 +84,11 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     sub.add_argument("--topic", metavar="REGEX", help="copy only topics that fully match")
     sub.add_argument("--allow-active-source", action="store_true")
     sub.add_argument("--delete-source", action="store_true", help="delete OLD after the copy")
+    sub.add_argument(
+        "--allow-rewind",
+        action="store_true",
+        help="DANGEROUS: move a NEW group that is ahead of OLD back to OLD's offsets",
+    )
 
     sub = verb("reset", "reset offsets like kafka-consumer-groups --reset-offsets")
     sub.add_argument("--group", metavar="REGEX")
@@ -113,7 +121,7 @@ def main(argv: list[str]) -> int:
     require(cfg, "cluster")
     if getattr(args, "execute", False):
         require(cfg, "ledger.path")
-    cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
+    cluster = cfg.client("cluster")
     kafka_admin.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     progress = Progress(not args.quiet)
     handler = {
@@ -194,8 +202,38 @@ def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     return EXIT_OK
 
 
-def _finish(args, cfg, cluster, changes, action: str) -> int:  # noqa: ANN001
-    """Output, ledger, summary and exit code shared by the changing verbs."""
+def _execute(args, cfg, cluster, changes, action: str, progress) -> Ledger | None:  # noqa: ANN001
+    """Write the changes through ferry.commit (write-ahead ledger) when --execute."""
+    if not args.execute:
+        return None
+    spark = build_session(f"ferry-groups-{action}")
+    run_ledger = Ledger(spark, cfg.ledger.path, new_run_id(action), action, True)
+    _write(args, cfg, cluster, changes, run_ledger, progress)
+    return run_ledger
+
+
+def _write(args, cfg, cluster, changes, run_ledger, progress) -> None:  # noqa: ANN001
+    writes = groups.group_writes(changes, cluster, getattr(args, "allow_rewind", False))
+    written = {w.group for w in writes}
+    kept = groups.ledger_rows([c for c in changes if c.group not in written], cluster, True)
+    try:
+        outcomes = commit.execute_writes(
+            cluster, writes, kept, run_ledger, cfg.ledger.lease_ms, progress
+        )
+    except commit.OutcomeNotRecorded as exc:
+        if exc.committed:
+            print(
+                "changed, but not in the ledger; the offsets these groups had before "
+                "(restore with: groups reset --from-file FILE --execute):\n"
+                + commit.restore_block(exc.committed),
+                file=sys.stderr,
+            )
+        raise
+    groups.record_outcomes(changes, outcomes)
+
+
+def _finish(args, cfg, cluster, changes, action: str, run_ledger) -> int:  # noqa: ANN001
+    """Output, summary and exit code shared by the changing verbs."""
     for change in changes:
         for warning in change.warnings:
             print(f"warning: {warning}", file=sys.stderr)
@@ -208,14 +246,8 @@ def _finish(args, cfg, cluster, changes, action: str) -> int:  # noqa: ANN001
     else:
         emit(rows, CHANGE_COLUMNS, args.output)
     suffix = ""
-    if args.execute:
-        spark = build_session(f"ferry-groups-{action}")
-        run_id = ledger.new_run_id(action)
-        ledger_df = ledger.ledger_rows_df(
-            spark, groups.ledger_rows(changes, cluster, True), run_id, action, True
-        )
-        writer = ledger.append(spark, ledger_df, cfg.ledger.path)
-        suffix = f"; run {run_id}; ledger {cfg.ledger.path} via {writer}"
+    if run_ledger is not None:
+        suffix = f"; run {run_ledger.run_id}; ledger {run_ledger.path} via {run_ledger.writer}"
     failed = [c for c in changes if c.error is not None]
     for change in failed:
         print(f"not done: {change.group}: {change.error}", file=sys.stderr)
@@ -239,20 +271,21 @@ def copy_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
         raise UsageError("--delete-source cannot be combined with --allow-active-source")
     state = groups.fetch_groups(cluster, [args.source, *args.targets])
     changes = groups.plan_copy(
-        args.source, args.targets, state, args.topic, args.allow_active_source
+        args.source, args.targets, state, args.topic, args.allow_active_source, args.allow_rewind
     )
-    groups.apply_changes(cluster, changes, args.execute, progress)
+    run_ledger = _execute(args, cfg, cluster, changes, "copy", progress)
     if args.delete_source:
-        if args.execute:
-            deleted = groups.delete_source_after_copy(cluster, args.source, changes)
+        if run_ledger is not None:
+            deleted = groups.delete_source_change(cluster, args.source, changes)
             if deleted is None:
                 print(f"warning: {args.source} kept: not every copy succeeded", file=sys.stderr)
             else:
+                _write(args, cfg, cluster, [deleted], run_ledger, progress)
                 changes = [*changes, deleted]
         else:
             plan = groups.plan_delete([args.source], state)
             changes = [*changes, *plan]
-    return _finish(args, cfg, cluster, changes, "copy")
+    return _finish(args, cfg, cluster, changes, "copy", run_ledger)
 
 
 def reset_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
@@ -307,8 +340,8 @@ def reset_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
         targets = dict.fromkeys(keys, value)
         at_time = kafka_admin.offsets_for_timestamps(cluster, targets, bounds)
     changes = groups.plan_reset(partitions, state, spec, value, file_offsets, bounds, at_time)
-    groups.apply_changes(cluster, changes, args.execute, progress)
-    return _finish(args, cfg, cluster, changes, "reset")
+    run_ledger = _execute(args, cfg, cluster, changes, "reset", progress)
+    return _finish(args, cfg, cluster, changes, "reset", run_ledger)
 
 
 def _reset_spec(args) -> tuple[str, object]:  # noqa: ANN001
@@ -340,8 +373,8 @@ def delete_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     names = _selected(cluster, args.group)
     state = groups.fetch_groups(cluster, names)
     changes = groups.plan_delete(names, state)
-    groups.apply_changes(cluster, changes, args.execute, progress)
-    return _finish(args, cfg, cluster, changes, "delete")
+    run_ledger = _execute(args, cfg, cluster, changes, "delete", progress)
+    return _finish(args, cfg, cluster, changes, "delete", run_ledger)
 
 
 def rollback_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
@@ -366,4 +399,4 @@ def rollback_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    exit_process(run(main))

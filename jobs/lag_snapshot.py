@@ -11,11 +11,18 @@ a cluster call failed, 2 for usage or config errors.
 
 from __future__ import annotations
 
-import sys
 import time
 
 from ferry import groups, kafka_admin, lag_history
-from ferry.cli import EXIT_OK, ArgumentParser, Progress, add_common_arguments, check_regex, run
+from ferry.cli import (
+    EXIT_OK,
+    ArgumentParser,
+    Progress,
+    add_common_arguments,
+    check_regex,
+    exit_process,
+    run,
+)
 from ferry.config import load_config, require
 from ferry.kafka_admin import Cluster
 from ferry.session import build_session
@@ -71,4 +78,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    exit_process(run(main))

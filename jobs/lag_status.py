@@ -33,6 +33,7 @@ from ferry.cli import (
     check_regex,
     emit,
     emit_json,
+    exit_process,
     run,
 )
 from ferry.config import load_config, require
@@ -173,4 +174,4 @@ def group_rows(rows: list[dict]) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    exit_process(run(main))

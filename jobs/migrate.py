@@ -1,18 +1,22 @@
 """spark-submit entry point: exact consumer-group migration between two clusters.
 
     ./spark-submit.sh migrate --config FILE [--execute] [--allow-active-source]
-        [-o table|json|csv] [--export-dir DIR] [--set KEY=VALUE ...]
+        [--allow-rewind] [--wait DURATION] [-o table|json|csv] [--export-dir DIR]
+        [--set KEY=VALUE ...]
     ./spark-submit.sh migrate --config FILE --rollback RUN_ID [--execute]
 
-Dry run unless --execute. Exit 0 when every selected group was migrated (dry run: resolved),
-1 when any was not, 2 for usage or config errors.
+Dry run unless --execute. Exit 0 when every selected group was migrated or already was (dry
+run: would be), 75 when the only groups left are PENDING (the replica has not caught up) or
+being written by another run: run again later, 1 when a group was refused or unresolved, 2 for
+usage or config errors.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
-from ferry import ledger, migrate, rollback
+from ferry import migrate, rollback
 from ferry.cli import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -20,10 +24,14 @@ from ferry.cli import (
     Progress,
     add_common_arguments,
     emit,
+    exit_process,
+    parse_span,
     run,
 )
+from ferry.commit import OutcomeNotRecorded, restore_block
 from ferry.config import load_config, require
-from ferry.kafka_admin import Cluster
+from ferry.ledger import Ledger, new_run_id
+from ferry.migrate import decision as decisions_of
 from ferry.session import build_session
 
 PLAN_COLUMNS = [
@@ -37,8 +45,10 @@ PLAN_COLUMNS = [
     "previous_offset",
     "status",
     "candidate_count",
+    "group_status",
     "note",
 ]
+WAIT_INTERVAL_S = 10.0
 
 
 def parse_args(argv: list[str]):  # noqa: ANN201
@@ -46,6 +56,18 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     add_common_arguments(parser)
     parser.add_argument("--execute", action="store_true", help="commit (default: dry run)")
     parser.add_argument("--allow-active-source", action="store_true")
+    parser.add_argument(
+        "--allow-rewind",
+        action="store_true",
+        help="DANGEROUS: move destination groups that are ahead of the plan back to it "
+        "(their consumers will read those records again)",
+    )
+    parser.add_argument(
+        "--wait",
+        metavar="DURATION",
+        help="re-plan PENDING groups until they resolve or DURATION (e.g. 10m, 90s, PT5M) "
+        "has passed, then commit",
+    )
     parser.add_argument("--export-dir", help="write one kafka-consumer-groups CSV per group")
     parser.add_argument("--rollback", metavar="RUN_ID", help="restore offsets from the ledger")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -54,14 +76,14 @@ def parse_args(argv: list[str]):  # noqa: ANN201
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    wait_s = parse_span(args.wait, "--wait") if args.wait else 0.0
     cfg = load_config(args.config, args.set)
     progress = Progress(not args.quiet)
     if args.rollback:
         require(cfg, "destination", "ledger.path")
         return rollback_main(args, cfg, progress)
     require(cfg, "source", "destination", "ledger.path")
-    src = Cluster.from_config("source", cfg.source, cfg.reader.timeout_ms)
-    dst = Cluster.from_config("destination", cfg.destination, cfg.reader.timeout_ms)
+    src, dst = cfg.client("source"), cfg.client("destination")
     spark = build_session("ferry-migrate")
 
     progress("discovering groups")
@@ -73,34 +95,72 @@ def main(argv: list[str]) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     progress(f"{len(disc.groups)} groups selected, {len(disc.refusals)} refused")
     plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
-    outcomes = migrate.apply_plan(dst, plan, args.execute, progress)
+    decisions = migrate.decide(plan, args.allow_rewind)
+    deadline = time.monotonic() + wait_s
+    while pending := {g for g, d in decisions.items() if d.status == decisions_of.PENDING}:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        progress(f"{len(pending)} groups PENDING; planning them again in {min(left, 10):.0f}s")
+        time.sleep(min(left, WAIT_INTERVAL_S))
+        again = migrate.discover(src, dst, cfg, args.allow_active_source, only=pending)
+        plan = plan.merged(migrate.build_plan(spark, src, dst, again, cfg, progress))
+        decisions = migrate.decide(plan, args.allow_rewind)
 
-    run_id = ledger.new_run_id("migrate")
-    ledger_df = ledger.ledger_rows_df(
-        spark, migrate.ledger_rows(plan, outcomes, dst), run_id, "migrate", args.execute
-    )
-    writer = ledger.append(spark, ledger_df, cfg.ledger.path)
+    ledger = Ledger(spark, cfg.ledger.path, new_run_id("migrate"), "migrate", args.execute)
+    if args.execute:
+        try:
+            migrate.commit_groups(
+                dst, plan, decisions, ledger, cfg.ledger.lease_ms, args.allow_rewind, progress
+            )
+        except OutcomeNotRecorded as exc:
+            if exc.committed:
+                print(
+                    "committed, but not in the ledger; the offsets these groups had before "
+                    "(restore with: groups reset --from-file FILE --execute):\n"
+                    + restore_block(exc.committed),
+                    file=sys.stderr,
+                )
+            raise
+    else:
+        migrate.record_dry_run(plan, decisions, dst, ledger)
     if args.export_dir:
-        paths = migrate.export_csv(plan, outcomes, args.export_dir)
+        paths = migrate.export_csv(plan, decisions, args.export_dir)
         progress(f"exported {len(paths)} CSV files to {args.export_dir}")
 
+    for row in plan.rows:
+        row["group_status"] = decisions[row["group"]].status
     emit(plan.rows, PLAN_COLUMNS, args.output)
-    done = [g for g, o in outcomes.items() if o.is_done]
-    failed = {g: o for g, o in outcomes.items() if not o.is_done}
-    n_parts = sum(1 for r in plan.rows if outcomes[r["group"]].is_done)
+    print_summary(args, plan, decisions, ledger)
+    return migrate.exit_code({g: d.status for g, d in decisions.items()})
+
+
+def print_summary(args, plan, decisions, ledger) -> None:  # noqa: ANN001
+    by_group = plan.by_group()
+    done = [g for g, d in decisions.items() if d.status in decisions_of.DONE_STATUSES]
+    n_parts = sum(len(by_group.get(g, [])) for g in done)
+    for group, d in sorted(decisions.items()):
+        if d.status in decisions_of.RETRY_STATUSES:
+            print(
+                f"not migrated yet: {group}: {d.message} ({d.status}: run again later)",
+                file=sys.stderr,
+            )
+        elif d.status not in decisions_of.DONE_STATUSES:
+            print(f"not migrated: {group}: {d.message} ({d.status})", file=sys.stderr)
+    counts: dict[str, int] = {}
+    for d in decisions.values():
+        counts[d.status] = counts.get(d.status, 0) + 1
+    detail = ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
     verb = "migrated" if args.execute else "resolved (dry run; re-run with --execute to commit)"
-    summary = f"{len(done)} of {len(outcomes)} groups {verb}, {n_parts} partitions"
-    for group, outcome in sorted(failed.items()):
-        print(f"not migrated: {group}: {outcome.message}", file=sys.stderr)
     print(
-        f"{summary}; run {run_id}; ledger {cfg.ledger.path} via {writer}",
+        f"{len(done)} of {len(decisions)} groups {verb}, {n_parts} partitions ({detail}); "
+        f"run {ledger.run_id}; ledger {ledger.path} via {ledger.writer}",
         file=sys.stdout if args.output == "table" else sys.stderr,
     )
-    return EXIT_OK if not failed else EXIT_INCOMPLETE
 
 
 def rollback_main(args, cfg, progress) -> int:  # noqa: ANN001
-    dst = Cluster.from_config("destination", cfg.destination, cfg.reader.timeout_ms)
+    dst = cfg.client("destination")
     spark = build_session("ferry-migrate-rollback")
     done = rollback.run_rollback(
         spark, dst, cfg.ledger.path, args.rollback, args.execute, progress
@@ -118,4 +178,4 @@ def rollback_main(args, cfg, progress) -> int:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    exit_process(run(main))

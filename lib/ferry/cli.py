@@ -2,8 +2,10 @@
 output as table/json/csv, and progress on stderr.
 
 Exit codes: 0 the run did all it was asked; 1 it did not (a group refused, a partition not
-resolved, a cluster failing mid-run); 2 usage or config errors. Errors are one line on stderr;
-`--verbose` adds the traceback.
+resolved, a cluster failing mid-run); 2 usage or config errors; `migrate` also 75 (run again
+later). Errors are one line on stderr; `--verbose` adds the traceback. Otherwise the traceback
+goes to the run's log file (`$FERRY_LOG_FILE`, where Spark's own logging goes too), which the
+error line names when the failure came out of Spark.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -32,6 +34,25 @@ class UsageError(Exception):
 
 class FerryError(Exception):
     """The run could not do what it was asked: exit code 1."""
+
+
+_SPAN = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)$")
+_SPAN_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_span(text: str, option: str) -> float:
+    """A duration in seconds: `90s`, `10m`, `1h`, `500ms`, or ISO-8601 `PT5M`."""
+    from ferry.reset import ResetError, parse_duration
+
+    match = _SPAN.match(text.strip().lower())
+    if match:
+        return float(match["n"]) * _SPAN_UNITS[match["unit"]]
+    try:
+        return parse_duration(text).total_seconds()
+    except ResetError:
+        raise UsageError(
+            f"{option} {text!r} is not a duration like 90s, 10m, 1h or PT5M"
+        ) from None
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -94,6 +115,41 @@ def _restore_stderr() -> None:
         pass
 
 
+def _from_spark(exc: BaseException) -> bool:
+    """The failure came out of a Spark job (a task failed, the JVM raised)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        module = type(seen).__module__ or ""
+        if module.startswith(("py4j", "pyspark")):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _log_traceback(exc: BaseException) -> str | None:
+    """Append the traceback to the run's log file; returns the file's path when written."""
+    path = os.environ.get("FERRY_LOG_FILE")
+    if not path:
+        return None
+    try:
+        with open(path, "a") as log:
+            log.write(f"--- ferry: {type(exc).__name__}\n")
+            traceback.print_exception(exc, file=log)
+        return path
+    except OSError:
+        return None
+
+
+def _report(exc: BaseException, verbose: bool) -> None:
+    if verbose:
+        traceback.print_exc()
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return
+    path = _log_traceback(exc)
+    where = f" (details: {path})" if path and _from_spark(exc) else ""
+    print(f"error: {one_line(exc)}{where}", file=sys.stderr)
+
+
 def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> int:
     """Call a job's main and turn exceptions into one-line errors and exit codes."""
     from ferry.config import ConfigError
@@ -111,15 +167,26 @@ def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> 
         print("error: interrupted", file=sys.stderr)
         return 130
     except (UsageError, ConfigError) as exc:
-        if verbose:
-            traceback.print_exc()
-        print(f"error: {one_line(exc)}", file=sys.stderr)
+        _report(exc, verbose)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the whole point is a clean one-line error
-        if verbose:
-            traceback.print_exc()
-        print(f"error: {one_line(exc)}", file=sys.stderr)
+        _report(exc, verbose)
         return EXIT_INCOMPLETE
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a job's process with `code` at once, once its output is flushed.
+
+    The interpreter's own teardown is skipped on purpose: native threads of the Delta and
+    Kafka client libraries can abort it ("terminate called without an active exception"),
+    turning a finished run's exit code into 134. Spark's JVM stops the session when its
+    Python driver exits."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 class Progress:

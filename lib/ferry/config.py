@@ -73,8 +73,17 @@ class ReaderConfig:
 
 
 @dataclass(frozen=True)
+class AdminConfig:
+    timeout_ms: int = 10_000  # one admin request attempt
+    retry_ms: int = 60_000  # all attempts of one admin operation (transient errors only)
+
+
+@dataclass(frozen=True)
 class LedgerConfig:
     path: str | None = None
+    # An executing run's intent to write a group is a claim other runs respect this long;
+    # a run that died without recording its outcome blocks the group no longer than this.
+    lease_ms: int = 900_000
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,7 @@ class FerryConfig:
     topics: TopicSelection = field(default_factory=TopicSelection)
     matching: MatchingConfig = field(default_factory=MatchingConfig)
     reader: ReaderConfig = field(default_factory=ReaderConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     history: HistoryConfig = field(default_factory=HistoryConfig)
     offsets: OffsetsTopicConfig = field(default_factory=OffsetsTopicConfig)
@@ -109,12 +119,25 @@ class FerryConfig:
         conf = getattr(self, section) or {}
         return f"{section} ({conf.get('bootstrap.servers', '?')})"
 
+    def client(self, section: str):  # noqa: ANN201 - ferry.kafka_admin.Cluster
+        """The named cluster section with this config's read and admin timeouts."""
+        from ferry.kafka_admin import Cluster
+
+        return Cluster.from_config(
+            section,
+            getattr(self, section),
+            self.reader.timeout_ms,
+            self.admin.timeout_ms,
+            self.admin.retry_ms,
+        )
+
 
 SECTIONS: dict[str, type] = {
     "groups": Selection,
     "topics": TopicSelection,
     "matching": MatchingConfig,
     "reader": ReaderConfig,
+    "admin": AdminConfig,
     "ledger": LedgerConfig,
     "history": HistoryConfig,
     "offsets": OffsetsTopicConfig,
@@ -314,6 +337,21 @@ def _reader(d: dict, s: str) -> ReaderConfig:
     )
 
 
+def _admin(d: dict, s: str) -> AdminConfig:
+    default = AdminConfig()
+    return AdminConfig(
+        timeout_ms=_as_int(d.get("timeout_ms", default.timeout_ms), f"{s}.timeout_ms", 1),
+        retry_ms=_as_int(d.get("retry_ms", default.retry_ms), f"{s}.retry_ms", 0),
+    )
+
+
+def _ledger(d: dict, s: str) -> LedgerConfig:
+    return LedgerConfig(
+        path=_optional_str(d.get("path"), f"{s}.path"),
+        lease_ms=_as_int(d.get("lease_ms", LedgerConfig().lease_ms), f"{s}.lease_ms", 0),
+    )
+
+
 def _paths(cls: type):  # noqa: ANN202
     def build(d: dict, s: str):  # noqa: ANN202
         return cls(**{k: _optional_str(v, f"{s}.{k}") for k, v in d.items()})
@@ -336,7 +374,8 @@ _SECTION_BUILDERS = {
     "topics": _topics,
     "matching": _matching,
     "reader": _reader,
-    "ledger": _paths(LedgerConfig),
+    "admin": _admin,
+    "ledger": _ledger,
     "history": _history,
     "offsets": _paths(OffsetsTopicConfig),
 }

@@ -2,14 +2,20 @@
 
 Both paths write the same Delta protocol table from the same Spark schema, so a table started
 on a laptop (deltalake) can be appended to on a cluster (delta-spark) and back. Every write
-says which path ran; a missing jar is never a silent no-op.
+says which path ran; a missing jar is never a silent no-op. Appends merge new columns into an
+existing table's schema (older tables gain them, their old rows read as null), and a commit can
+carry `userMetadata` (a JSON object) that `commit_metadata` reads back with each version.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from ferry.session import has_delta_jars
 
@@ -18,17 +24,53 @@ def writer_name(spark: SparkSession) -> str:
     return "delta-spark" if has_delta_jars(spark) else "deltalake (Delta jars not on the classpath)"
 
 
-def append(spark: SparkSession, df: DataFrame, path: str) -> str:
-    """Append `df` to the Delta table at `path` (created if absent); returns the path used."""
+def append(
+    spark: SparkSession, df: DataFrame, path: str, metadata: Mapping[str, str] | None = None
+) -> str:
+    """Append `df` to the Delta table at `path` (created if absent); returns the writer used."""
     if has_delta_jars(spark):
-        df.write.format("delta").mode("append").option("mergeSchema", "false").save(path)
+        writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
+        if metadata:
+            writer = writer.option("userMetadata", json.dumps(dict(metadata)))
+        writer.save(path)
         return "delta-spark"
-    from deltalake import write_deltalake
+    return _append_arrow(df.toArrow(), path, metadata)
 
-    table = df.toArrow()
+
+def append_rows(
+    spark: SparkSession,
+    rows: Sequence[Mapping],
+    schema: StructType,
+    path: str,
+    metadata: Mapping[str, str] | None = None,
+) -> str:
+    """Append plain rows (dicts keyed by `schema`'s names). Without the jars no Spark job runs:
+    the rows go to Arrow on the driver, which keeps a small append (one ledger outcome) cheap."""
+    names = schema.fieldNames()
+    if has_delta_jars(spark):
+        df = spark.createDataFrame([tuple(r.get(c) for c in names) for r in rows], schema)
+        return append(spark, df, path, metadata)
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    table = pa.Table.from_pylist([{c: r.get(c) for c in names} for r in rows], arrow_schema)
+    return _append_arrow(table, path, metadata)
+
+
+def _append_arrow(table, path: str, metadata: Mapping[str, str] | None) -> str:  # noqa: ANN001
+    from deltalake import CommitProperties, write_deltalake
+
     if table.num_rows == 0 and exists(path):
         return "deltalake"
-    write_deltalake(path, table, mode="append")
+    properties = (
+        CommitProperties(custom_metadata={"userMetadata": json.dumps(dict(metadata))})
+        if metadata
+        else None
+    )
+    write_deltalake(
+        path, table, mode="append", schema_mode="merge", commit_properties=properties
+    )
     return "deltalake"
 
 
@@ -47,3 +89,41 @@ def read(spark: SparkSession, path: str) -> DataFrame:
     from deltalake import DeltaTable
 
     return spark.createDataFrame(DeltaTable(path).to_pyarrow_table())
+
+
+def read_since(
+    spark: SparkSession, path: str, time_column: str, since: datetime, columns: Sequence[str]
+) -> list[dict]:
+    """Rows whose `time_column` is at or after `since`, as dicts of `columns` (read on the
+    driver: for small recent slices of a large table, such as the ledger's open claims)."""
+    if has_delta_jars(spark):
+        from pyspark.sql import functions as F
+
+        df = spark.read.format("delta").load(path).filter(F.col(time_column) >= F.lit(since))
+        return [r.asDict() for r in df.select(*columns).collect()]
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    dataset = DeltaTable(path).to_pyarrow_dataset()
+    present = [c for c in columns if c in dataset.schema.names]
+    table = dataset.to_table(columns=present, filter=pc.field(time_column) >= since)
+    return [{c: r.get(c) for c in columns} for r in table.to_pylist()]
+
+
+def commit_metadata(spark: SparkSession, path: str, limit: int) -> list[tuple[int, dict]]:
+    """(version, userMetadata) of the newest `limit` commits, newest first ({} without)."""
+    if has_delta_jars(spark):
+        rows = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT {int(limit)}").collect()
+        raw = [(r["version"], r["userMetadata"]) for r in rows]
+    else:
+        from deltalake import DeltaTable
+
+        raw = [(h["version"], h.get("userMetadata")) for h in DeltaTable(path).history(limit)]
+    out = []
+    for version, text in raw:
+        try:
+            meta = json.loads(text) if text else {}
+        except (TypeError, ValueError):
+            meta = {}
+        out.append((int(version), meta if isinstance(meta, dict) else {}))
+    return sorted(out, reverse=True)

@@ -3,7 +3,8 @@
 Extract functions talk to the cluster in bulk (one ListOffsets pair for every partition of
 every selected group, one read of each record needed for time lag); `with_lag` is a pure
 DataFrame transform shared with `lag-snapshot`; the plan functions are plain Python over
-plain values; `apply_changes` is the only writer, one verified request per group.
+plain values; `group_writes` hands the changes to `ferry.commit`, the only writer
+(write-ahead ledger, one verified request per group).
 
 Time lag is how old the next unread record is: now − timestamp of the first record at or
 after the committed offset (log start if the committed offset fell off the log), 0 when the
@@ -13,7 +14,7 @@ group is caught up, null when nothing is committed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -26,7 +27,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ferry import kafka_admin
+from ferry import commit, kafka_admin
 from ferry.config import ReaderConfig
 from ferry.kafka_admin import Cluster, GroupInfo, TopicPartitionKey
 from ferry.kafka_source import OffsetRange, read_ranges
@@ -281,6 +282,11 @@ class GroupChange:
     is_delete: bool = False
     committed: bool = False
     warnings: list[str] = field(default_factory=list)
+    outcome: str | None = None  # the status ferry.commit reported, once executed
+    skip: str | None = None  # nothing to write, and why (not an error)
+
+
+STATUS_ALREADY_COPIED = "ALREADY_COPIED"
 
 
 def plan_copy(
@@ -289,9 +295,12 @@ def plan_copy(
     state: GroupState,
     topic_pattern: str | None,
     allow_active_source: bool,
+    allow_rewind: bool = False,
 ) -> list[GroupChange]:
     """Copy the source group's committed offsets (optionally only matching topics) into each
-    new group, which must be Empty or absent."""
+    new group, which must be Empty or absent. Forward only, as `migrate`: a new group already
+    at or past the source everywhere is left alone, one ahead on some partitions and behind on
+    others is refused unless `allow_rewind`."""
     regex = re.compile(topic_pattern) if topic_pattern else None
     offsets = {
         tp: o
@@ -325,7 +334,14 @@ def plan_copy(
             error = f"group {new} is the source group"
         if error is None and info is not None and not info.is_inactive:
             error = f"group {new} is {info.state}, not Empty; refused"
-        changes.append(GroupChange(new, "copy", targets, source, error, warnings=list(warnings)))
+        change = GroupChange(new, "copy", targets, source, error, warnings=list(warnings))
+        if error is None and previous:
+            decision, reason = commit.forward_decision(offsets, previous, allow_rewind)
+            if decision == commit.DECISION_MIXED:
+                change.error = reason
+            elif decision == commit.DECISION_ALREADY:
+                change.skip = f"group {new} is at or past {source} on every partition"
+        changes.append(change)
     return changes
 
 
@@ -407,60 +423,62 @@ def plan_delete(groups: Sequence[str], state: GroupState) -> list[GroupChange]:
 # ------------------------------------------------------------------------------------- load
 
 
-def apply_changes(
-    cluster: Cluster,
-    changes: Sequence[GroupChange],
-    execute: bool,
-    progress: Callable[[str], None],
+def group_writes(
+    changes: Sequence[GroupChange], cluster: Cluster, allow_rewind: bool = False
+) -> list[commit.GroupWrite]:
+    """The executable changes as guarded writes (copies are forward only; resets may move a
+    group anywhere, as kafka-consumer-groups does)."""
+    return [
+        commit.GroupWrite(
+            change.group,
+            {(t.topic, t.partition): t.new_offset for t in change.targets},
+            ledger_rows([change], cluster, True),
+            is_delete=change.is_delete,
+            is_forward_only=change.action == "copy",
+            allow_rewind=allow_rewind,
+            already_status=STATUS_ALREADY_COPIED,
+        )
+        for change in changes
+        if change.error is None and change.skip is None
+    ]
+
+
+def record_outcomes(
+    changes: Sequence[GroupChange], outcomes: Mapping[str, commit.WriteOutcome]
 ) -> None:
-    """Commit each group's targets in one verified request (or delete it), only if the group
-    is still inactive at that moment. Errors stay with their group; other groups go on."""
-    if not execute:
-        return
+    """Carry what ferry.commit did back onto the changes (errors stay with their group)."""
     for change in changes:
-        if change.error is not None:
+        outcome = outcomes.get(change.group)
+        if outcome is None or change.error is not None:
             continue
-        try:
-            if change.is_delete:
-                info = kafka_admin.describe_groups(cluster, [change.group])[change.group]
-                if info.state != "EMPTY":
-                    raise kafka_admin.GroupActiveError(
-                        f"group {change.group} is {info.state}; only Empty groups are deleted"
-                    )
-                error = kafka_admin.delete_groups(cluster, [change.group])[change.group]
-                if error:
-                    raise kafka_admin.ClusterError(f"deleting group {change.group}: {error}")
-                if kafka_admin.committed_offsets(cluster, [change.group])[change.group]:
-                    raise kafka_admin.ClusterError(f"group {change.group} still has offsets")
-            else:
-                offsets = {(t.topic, t.partition): t.new_offset for t in change.targets}
-                kafka_admin.commit_if_inactive(cluster, change.group, offsets)
-            change.committed = True
-            progress(f"{change.action}: {change.group} done")
-        except kafka_admin.ClusterError as exc:
-            change.error = str(exc)
+        change.outcome = outcome.status
+        change.committed = outcome.is_committed
+        if outcome.status == STATUS_ALREADY_COPIED:
+            change.skip = outcome.message
+        elif not outcome.is_committed:
+            change.error = outcome.message
 
 
-def delete_source_after_copy(
+def delete_source_change(
     cluster: Cluster, source: str, changes: Sequence[GroupChange]
 ) -> GroupChange | None:
-    """`--delete-source`: delete the source group once every copy is verified."""
-    if not changes or not all(c.committed for c in changes):
+    """`--delete-source`: the source group's delete, once every copy is done."""
+    if not changes or not all(c.committed or (c.skip and not c.error) for c in changes):
         return None
     committed = kafka_admin.committed_offsets(cluster, [source])[source]
-    change = GroupChange(
+    return GroupChange(
         source,
         "delete",
         [Target(source, t, p, o, o) for (t, p), o in sorted(committed.items())],
         is_delete=True,
     )
-    apply_changes(cluster, [change], True, lambda _m: None)
-    return change
 
 
 def change_status(change: GroupChange, execute: bool) -> str:
     if change.error is not None:
-        return "REFUSED" if not change.committed else "FAILED"
+        return change.outcome or "REFUSED"
+    if change.skip is not None:
+        return STATUS_ALREADY_COPIED
     if not execute:
         return "PLANNED"
     return "DELETED" if change.is_delete else "COMMITTED"
@@ -481,7 +499,7 @@ def change_rows(changes: Iterable[GroupChange], execute: bool) -> list[dict]:
                     "previous_offset": t.previous_offset if t else None,
                     "new_offset": None if (t is None or change.is_delete) else t.new_offset,
                     "status": status,
-                    "note": change.error or (t.note if t else None),
+                    "note": change.error or change.skip or (t.note if t else None),
                 }
             )
     return rows

@@ -3,13 +3,23 @@
 Everything here talks to a cluster through confluent-kafka's AdminClient or a plain assigned
 consumer (never a group member). Calls are issued for many partitions or groups at once and
 awaited together, so a thousand groups cost a handful of round trips, not a thousand.
+
+Retries: every admin call retries the items that failed on a transient error (timeouts,
+transport failures, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) with exponential
+backoff (0.2 s doubling to 5 s), each attempt bounded by `admin.timeout_ms`, all attempts by
+`admin.retry_ms`. After a transport failure or a timeout the next attempt uses a fresh
+AdminClient: a long-lived client that lost its connections can keep timing out while a new
+one is answered at once. A commit is never re-sent blindly: before a retry the group's current
+offsets are read, and a commit that already landed is not sent again.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 TopicPartitionKey = tuple[str, int]
 
@@ -27,29 +37,52 @@ class ClusterError(RuntimeError):
     """A cluster call failed; the message names the cluster and what was asked."""
 
 
+class CommitUnknownError(ClusterError):
+    """A commit was sent but its outcome could not be learned before the retry budget ran out:
+    the offsets may or may not have changed."""
+
+
 @dataclass(frozen=True)
 class Cluster:
     """A cluster's client properties plus a name for messages."""
 
     name: str
     conf: Mapping[str, str]
-    timeout_s: float = 30.0
+    timeout_s: float = 30.0  # reads and probes: no progress for this long fails them
+    attempt_s: float = 10.0  # one admin request attempt
+    retry_s: float = 60.0  # all attempts of one admin operation
     _admin: object = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
-    def from_config(cls, section: str, conf: Mapping[str, str], timeout_ms: int = 30_000):
+    def from_config(
+        cls,
+        section: str,
+        conf: Mapping[str, str],
+        timeout_ms: int = 30_000,
+        attempt_ms: int = 10_000,
+        retry_ms: int = 60_000,
+    ) -> Cluster:
         return cls(
-            f"{section} ({conf.get('bootstrap.servers', '?')})", dict(conf), timeout_ms / 1000
+            f"{section} ({conf.get('bootstrap.servers', '?')})",
+            dict(conf),
+            timeout_ms / 1000,
+            attempt_ms / 1000,
+            retry_ms / 1000,
         )
 
     def admin(self):  # noqa: ANN201 - confluent_kafka type
-        """One AdminClient per cluster: its futures die with it, so it must outlive them."""
+        """One AdminClient per cluster until it fails: its futures die with it, so it must
+        outlive them."""
         from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
             client = AdminClient({**self.conf, "log_level": 0, "error_cb": lambda _err: None})
             object.__setattr__(self, "_admin", client)
         return self._admin
+
+    def renew_admin(self) -> None:
+        """Drop the AdminClient; the next call builds a fresh one (new connections)."""
+        object.__setattr__(self, "_admin", None)
 
     def consumer(self):  # noqa: ANN201
         from confluent_kafka import Consumer
@@ -82,26 +115,114 @@ class GroupInfo:
         return self.state in INACTIVE_STATES
 
 
-def _result(cluster: Cluster, what: str, future, timeout: float | None = None):  # noqa: ANN001, ANN202
-    try:
-        return future.result(timeout=timeout or cluster.timeout_s)
-    except Exception as exc:
-        raise ClusterError(f"{cluster.name}: {what} failed: {_short(exc)}") from exc
-
-
 def _short(exc: BaseException) -> str:
+    if isinstance(exc, concurrent.futures.TimeoutError):
+        return "no answer in time"
     text = str(exc.args[0]) if exc.args else str(exc)
     if hasattr(exc.args[0] if exc.args else None, "str"):
         text = exc.args[0].str()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _is_transport_error(exc: BaseException | None) -> bool:
+def _kafka_error(exc: BaseException | None):  # noqa: ANN202 - KafkaError or None
     from confluent_kafka import KafkaError
 
     err = exc.args[0] if exc is not None and exc.args else None
-    codes = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.NETWORK_EXCEPTION)
-    return isinstance(err, KafkaError) and (err.code() in codes or err.retriable())
+    return err if isinstance(err, KafkaError) else None
+
+
+def _transient_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError as E
+
+    return frozenset(
+        {
+            E._TRANSPORT,
+            E._TIMED_OUT,
+            E._MSG_TIMED_OUT,
+            E._ALL_BROKERS_DOWN,
+            E._WAIT_COORD,
+            E._RESOLVE,
+            E.NETWORK_EXCEPTION,
+            E.REQUEST_TIMED_OUT,
+            E.NOT_COORDINATOR,
+            E.COORDINATOR_LOAD_IN_PROGRESS,
+            E.COORDINATOR_NOT_AVAILABLE,
+            E.LEADER_NOT_AVAILABLE,
+            E.NOT_LEADER_FOR_PARTITION,
+        }
+    )
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """An error worth retrying: the same request may well succeed a moment later."""
+    if isinstance(exc, concurrent.futures.TimeoutError):
+        return True
+    return is_transient_error(_kafka_error(exc))
+
+
+def is_transient_error(err) -> bool:  # noqa: ANN001 - a KafkaError or None
+    return err is not None and (err.code() in _transient_codes() or err.retriable())
+
+
+def _needs_fresh_client(exc: BaseException) -> bool:
+    from confluent_kafka import KafkaError as E
+
+    if isinstance(exc, concurrent.futures.TimeoutError):
+        return True
+    err = _kafka_error(exc)
+    return err is not None and err.code() in (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN)
+
+
+K = TypeVar("K")
+
+
+def _gather(
+    cluster: Cluster,
+    describe: Callable[[K], str],
+    keys: Sequence[K],
+    submit: Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]],
+) -> dict[K, object]:
+    """Submit one bulk admin request for `keys`, await every future, and retry only the keys
+    that failed on a transient error (fresh client after transport failures and timeouts)
+    until `cluster.retry_s` is spent. `describe(key)` names what was asked, for errors."""
+    results: dict[K, object] = {}
+    pending = list(keys)
+    deadline = time.monotonic() + cluster.retry_s
+    delay = 0.2
+    while pending:
+        failures: dict[K, BaseException] = {}
+        try:
+            futures = submit(cluster.admin(), pending)
+        except Exception as exc:  # noqa: BLE001 - the request could not even be queued
+            futures, failures = {}, {k: exc for k in pending}
+        for key, future in futures.items():
+            try:
+                results[key] = future.result(timeout=cluster.attempt_s + 1)
+            except Exception as exc:  # noqa: BLE001 - classified below
+                failures[key] = exc
+        if not failures:
+            break
+        fatal = [k for k, e in failures.items() if not is_transient(e)]
+        if fatal or time.monotonic() + delay > deadline:
+            key = fatal[0] if fatal else next(iter(failures))
+            exc = failures[key]
+            spent = "" if fatal else f" (retried for {cluster.retry_s:g}s)"
+            raise ClusterError(
+                f"{cluster.name}: {describe(key)} failed{spent}: {_short(exc)}"
+            ) from exc
+        if any(_needs_fresh_client(e) for e in failures.values()):
+            cluster.renew_admin()
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+        pending = list(failures)
+    return results
+
+
+def _gather_one(cluster: Cluster, what: str, submit: Callable[[object], concurrent.futures.Future]):  # noqa: ANN202
+    """`_gather` for a request that is not per key."""
+    return _gather(cluster, lambda _k: what, [None], lambda admin, _keys: {None: submit(admin)})[
+        None
+    ]
 
 
 def check_reachable(cluster: Cluster) -> None:
@@ -116,10 +237,11 @@ def check_reachable(cluster: Cluster) -> None:
 
 def list_topics(cluster: Cluster, include_internal: bool = False) -> dict[str, int]:
     """Topic name → partition count."""
-    try:
-        metadata = cluster.admin().list_topics(timeout=cluster.timeout_s)
-    except Exception as exc:
-        raise ClusterError(f"cannot reach {cluster.name}: {_short(exc)}") from exc
+    metadata = _with_retries(
+        cluster,
+        "list topics",
+        lambda admin: admin.list_topics(timeout=cluster.attempt_s),
+    )
     return {
         name: len(t.partitions)
         for name, t in metadata.topics.items()
@@ -127,30 +249,50 @@ def list_topics(cluster: Cluster, include_internal: bool = False) -> dict[str, i
     }
 
 
+def _with_retries(cluster: Cluster, what: str, call: Callable[[object], object]):  # noqa: ANN202
+    """A blocking admin call (no future of its own), retried like `_gather`."""
+
+    def submit(admin):  # noqa: ANN001, ANN202
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(call(admin))
+        except Exception as exc:  # noqa: BLE001 - classified by _gather
+            future.set_exception(exc)
+        return future
+
+    return _gather_one(cluster, what, submit)
+
+
 def watermarks(
     cluster: Cluster, partitions: Iterable[TopicPartitionKey]
 ) -> dict[TopicPartitionKey, tuple[int, int]]:
     """(log start, log end) for each partition, from two bulk ListOffsets requests."""
-    from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     keys = sorted(set(partitions))
     if not keys:
         return {}
-    admin = cluster.admin()
-    answers = {}
-    for label, spec in (("earliest", OffsetSpec.earliest()), ("latest", OffsetSpec.latest())):
+    earliest = _list_offsets(cluster, "earliest", {k: OffsetSpec.earliest() for k in keys})
+    latest = _list_offsets(cluster, "latest", {k: OffsetSpec.latest() for k in keys})
+    return {k: (earliest[k], latest[k]) for k in keys}
+
+
+def _list_offsets(
+    cluster: Cluster, label: str, specs: Mapping[TopicPartitionKey, object]
+) -> dict[TopicPartitionKey, int]:
+    from confluent_kafka import TopicPartition
+
+    def submit(admin, keys):  # noqa: ANN001, ANN202
         futures = admin.list_offsets(
-            {TopicPartition(t, p): spec for t, p in keys},
-            request_timeout=cluster.timeout_s,
+            {TopicPartition(t, p): specs[(t, p)] for t, p in keys},
+            request_timeout=cluster.attempt_s,
         )
-        answers[label] = {
-            (tp.topic, tp.partition): _result(
-                cluster, f"list {label} offsets of {tp.topic}[{tp.partition}]", f
-            ).offset
-            for tp, f in futures.items()
-        }
-    return {k: (answers["earliest"][k], answers["latest"][k]) for k in keys}
+        return {(tp.topic, tp.partition): f for tp, f in futures.items()}
+
+    answers = _gather(
+        cluster, lambda k: f"list {label} offsets of {k[0]}[{k[1]}]", list(specs), submit
+    )
+    return {k: a.offset for k, a in answers.items()}  # type: ignore[attr-defined]
 
 
 def first_records_at(
@@ -186,6 +328,8 @@ def first_records_at(
                         found[key] = None
                         consumer.pause([TopicPartition(*key)])
                         continue
+                    if is_transient_error(err):
+                        continue  # librdkafka reconnects by itself; the deadline bounds it
                     raise ClusterError(f"{cluster.name}: reading {key[0]}[{key[1]}]: {err}")
                 if msg.offset() < positions[key]:
                     continue
@@ -215,23 +359,18 @@ def offsets_for_timestamps(
     timestamps that mostly grow with offsets (LogAppendTime, or CreateTime from in-order
     producers); with badly shuffled CreateTime, widen the matching windows.
     """
-    from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     if not targets:
         return {}
     bounds = dict(bounds or watermarks(cluster, targets))
-    admin = cluster.admin()
-    futures = admin.list_offsets(
-        {TopicPartition(t, p): OffsetSpec.for_timestamp(ts) for (t, p), ts in targets.items()},
-        request_timeout=cluster.timeout_s,
+    answers = _list_offsets(
+        cluster, "timestamp", {k: OffsetSpec.for_timestamp(ts) for k, ts in targets.items()}
     )
     lo: dict[TopicPartitionKey, int] = {}
     hi: dict[TopicPartitionKey, int] = {}
-    for tp, fut in futures.items():
-        key = (tp.topic, tp.partition)
+    for key, answer in answers.items():
         start, end = bounds[key]
-        answer = _result(cluster, f"offset for timestamp of {tp.topic}[{tp.partition}]", fut).offset
         # The broker's answer bounds the search from below; -1 means "no such record".
         lo[key] = max(start, answer) if answer is not None and answer >= 0 else start
         hi[key] = end
@@ -265,24 +404,28 @@ def offsets_for_timestamps(
 
 def list_groups(cluster: Cluster) -> list[str]:
     """All consumer group ids the cluster knows."""
-    result = _result(
+    result = _gather_one(
         cluster,
         "list consumer groups",
-        cluster.admin().list_consumer_groups(request_timeout=cluster.timeout_s),
+        lambda admin: admin.list_consumer_groups(request_timeout=cluster.attempt_s),
     )
-    return sorted({g.group_id for g in result.valid})
+    return sorted({g.group_id for g in result.valid})  # type: ignore[attr-defined]
 
 
 def describe_groups(cluster: Cluster, groups: Sequence[str]) -> dict[str, GroupInfo]:
     """State, protocol type and members of each group (members may be empty on some brokers)."""
     if not groups:
         return {}
-    futures = cluster.admin().describe_consumer_groups(
-        list(groups), request_timeout=cluster.timeout_s
+    answers = _gather(
+        cluster,
+        lambda g: f"describe group {g}",
+        list(groups),
+        lambda admin, keys: admin.describe_consumer_groups(
+            keys, request_timeout=cluster.attempt_s
+        ),
     )
     out: dict[str, GroupInfo] = {}
-    for group, fut in futures.items():
-        desc = _result(cluster, f"describe group {group}", fut)
+    for group, desc in answers.items():
         state = getattr(desc.state, "name", str(desc.state)).upper()
         members = tuple(
             {
@@ -307,56 +450,93 @@ def describe_groups(cluster: Cluster, groups: Sequence[str]) -> dict[str, GroupI
 def committed_offsets(
     cluster: Cluster, groups: Sequence[str]
 ) -> dict[str, dict[TopicPartitionKey, int]]:
-    """Each group's committed offsets (partitions without a commit are left out)."""
+    """Each group's committed offsets (partitions without a commit are left out). Every
+    group's request is sent before any answer is awaited."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
-    admin = cluster.admin()
-    pending = {
-        group: admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=cluster.timeout_s
-        )[group]
-        for group in groups
-    }
-    out: dict[str, dict[TopicPartitionKey, int]] = {}
-    for group, fut in pending.items():
-        answer = _result(cluster, f"fetch committed offsets of group {group}", fut)
-        out[group] = {
+    def submit(admin, keys):  # noqa: ANN001, ANN202
+        return {
+            g: admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=cluster.attempt_s
+            )[g]
+            for g in keys
+        }
+
+    answers = _gather(
+        cluster, lambda g: f"fetch committed offsets of group {g}", list(groups), submit
+    )
+    return {
+        group: {
             (tp.topic, tp.partition): tp.offset
-            for tp in answer.topic_partitions
+            for tp in answer.topic_partitions  # type: ignore[attr-defined]
             if tp.offset is not None and tp.offset >= 0 and tp.error is None
         }
-    return out
+        for group, answer in answers.items()
+    }
+
+
+class GroupActiveError(ClusterError):
+    """A group has members (or is rebalancing); Ferry never moves an active group."""
+
+
+def check_inactive(cluster: Cluster, group: str) -> GroupInfo:
+    """The group's state right now; GroupActiveError unless it is Empty or Dead."""
+    info = describe_groups(cluster, [group])[group]
+    if not info.is_inactive:
+        raise GroupActiveError(f"{cluster.name}: group {group} is {info.state}, not Empty; refused")
+    return info
 
 
 def alter_offsets(cluster: Cluster, group: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
-    """Commit the offsets for one group in one request, then read them back and compare."""
+    """Commit the offsets for one group in one request, then read them back and compare.
+
+    A request that fails on a transient error is not simply sent again: the group's offsets
+    are read first (a commit that landed is not repeated) and its state is checked again (a
+    consumer may have joined meanwhile). When the budget runs out with the outcome unknown,
+    CommitUnknownError says so."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     request = ConsumerGroupTopicPartitions(
         group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
     )
-    # Setting offsets to fixed values is idempotent, so a request lost to a dropped connection
-    # is simply sent again (seen on the test broker right after a group is deleted).
-    for attempt in range(3):
-        fut = cluster.admin().alter_consumer_group_offsets(
-            [request], request_timeout=cluster.timeout_s
-        )[group]
+    deadline = time.monotonic() + cluster.retry_s
+    delay = 0.2
+    while True:
         try:
-            answer = _result(cluster, f"commit offsets of group {group}", fut)
+            fut = cluster.admin().alter_consumer_group_offsets(
+                [request], request_timeout=cluster.attempt_s
+            )[group]
+            answer = fut.result(timeout=cluster.attempt_s + 1)
             break
+        except Exception as exc:  # noqa: BLE001 - classified here
+            if not is_transient(exc):
+                raise ClusterError(
+                    f"{cluster.name}: commit offsets of group {group} failed: {_short(exc)}"
+                ) from exc
+            if time.monotonic() + delay > deadline:
+                raise CommitUnknownError(
+                    f"{cluster.name}: commit of group {group} unconfirmed after "
+                    f"{cluster.retry_s:g}s: {_short(exc)}"
+                ) from exc
+            fresh = _needs_fresh_client(exc)
+        if fresh:
+            cluster.renew_admin()
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+        try:
+            current = committed_offsets(cluster, [group])[group]
+            if all(current.get(k) == v for k, v in offsets.items()):
+                return  # the lost answer's request had landed: nothing to send again
+            check_inactive(cluster, group)
+        except GroupActiveError:
+            raise
         except ClusterError as exc:
-            if attempt == 2 or not _is_transport_error(exc.__cause__):
-                raise
-            time.sleep(0.2 * (attempt + 1))
+            raise CommitUnknownError(f"{exc} (while confirming a commit of group {group})") from exc
     for tp in answer.topic_partitions:
         if tp.error is not None:
             where = f"{tp.topic}[{tp.partition}]"
             raise ClusterError(f"{cluster.name}: commit of group {group} {where}: {tp.error}")
     verify_offsets(cluster, group, offsets)
-
-
-class GroupActiveError(ClusterError):
-    """A group has members (or is rebalancing); Ferry never moves an active group."""
 
 
 def commit_if_inactive(
@@ -367,14 +547,17 @@ def commit_if_inactive(
     because some brokers accept commits for active groups and the consumers would overwrite
     (or be confused by) what was written.
     """
-    info = describe_groups(cluster, [group])[group]
-    if not info.is_inactive:
-        raise GroupActiveError(f"{cluster.name}: group {group} is {info.state}, not Empty; refused")
+    check_inactive(cluster, group)
     alter_offsets(cluster, group, offsets)
 
 
 def verify_offsets(cluster: Cluster, group: str, expected: Mapping[TopicPartitionKey, int]) -> None:
-    actual = committed_offsets(cluster, [group])[group]
+    """Read the group's offsets back: a difference is an error; a read-back that cannot be
+    done leaves the commit's outcome unknown."""
+    try:
+        actual = committed_offsets(cluster, [group])[group]
+    except ClusterError as exc:
+        raise CommitUnknownError(f"{exc} (reading back a commit of group {group})") from exc
     wrong = [(k, v, actual.get(k)) for k, v in sorted(expected.items()) if actual.get(k) != v]
     if wrong:
         (t, p), want, got = wrong[0]
@@ -386,16 +569,18 @@ def verify_offsets(cluster: Cluster, group: str, expected: Mapping[TopicPartitio
 
 def delete_groups(cluster: Cluster, groups: Sequence[str]) -> dict[str, str | None]:
     """Delete groups; returns group → error text (None when deleted)."""
-    if not groups:
-        return {}
-    futures = cluster.admin().delete_consumer_groups(
-        list(groups), request_timeout=cluster.timeout_s
-    )
     out: dict[str, str | None] = {}
-    for group, fut in futures.items():
+    for group in groups:  # one request each: a failure must name its group
         try:
-            fut.result(timeout=cluster.timeout_s)
+            _gather(
+                cluster,
+                lambda g: f"delete group {g}",
+                [group],
+                lambda admin, keys: admin.delete_consumer_groups(
+                    keys, request_timeout=cluster.attempt_s
+                ),
+            )
             out[group] = None
-        except Exception as exc:
-            out[group] = _short(exc)
+        except ClusterError as exc:
+            out[group] = _short(exc.__cause__) if exc.__cause__ else str(exc)
     return out

@@ -212,46 +212,55 @@ class KafkaRangesReader(DataSourceReader):
     def read(self, partition: RangePartition) -> Iterator:
         # Imported here so the reader pickles without the client library on the driver path.
         import pyarrow as pa
-        from confluent_kafka import Consumer
 
         from ferry.hashing import record_hasher
 
-        last_error: list[str] = []
-        conf = self.consumer_conf(lambda err: last_error.append(str(err)))
         hasher = record_hasher(self.hash_fields, self.ignore_headers) if self.hash_fields else None
         arrow_schema = _arrow_schema(self.schema)
         batch = _Batch(self.columns, hasher)
-        consumer = Consumer(conf)
+        client = _ReconnectingConsumer(self)
         try:
             for offset_range in partition.ranges:
-                for _ in self._read_range(consumer, offset_range, batch, last_error):
+                for _ in self._read_range(client, offset_range, batch):
                     yield pa.RecordBatch.from_pydict(batch.take(), schema=arrow_schema)
         finally:
-            consumer.close()
+            client.close()
         if batch.rows:
             yield pa.RecordBatch.from_pydict(batch.take(), schema=arrow_schema)
 
-    def _read_range(self, consumer, r: OffsetRange, batch, last_error) -> Iterator[None]:  # noqa: ANN001
-        """Append the range's records to `batch`; yields whenever the batch should be flushed."""
-        from confluent_kafka import KafkaError, TopicPartition
+    def _read_range(self, client: _ReconnectingConsumer, r: OffsetRange, batch) -> Iterator[None]:  # noqa: ANN001
+        """Append the range's records to `batch`; yields whenever the batch should be flushed.
+
+        Retries: a transient error, or a stall of a quarter of the timeout, replaces the
+        consumer with a fresh one that resumes at the next offset not yet read (a broker that
+        dropped its connections answers new ones at once). Only `timeout_ms` without any
+        progress fails the task, so a lost cluster still fails within the reader timeout."""
+        from confluent_kafka import KafkaError
+
+        from ferry.kafka_admin import is_transient_error
 
         where = f"{self.cluster} {r.topic}[{r.partition}]"
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
-        last_progress = time.monotonic()
         next_offset = r.start
+        client.assign(r.topic, r.partition, next_offset)
+        last_progress = last_attempt = time.monotonic()
+        stall_s = max(0.5, self.timeout_ms / 4000)
         while next_offset < r.end:
             # consume() waits until it has num_messages or the timeout passes: ask for no more
             # than the range still holds, so small ranges return at once.
             wanted = max(1, min(_BATCH_ROWS, r.end - next_offset))
-            messages = consumer.consume(num_messages=wanted, timeout=0.05)
+            messages = client.consumer.consume(num_messages=wanted, timeout=0.05)
+            now = time.monotonic()
             if messages:
-                last_progress = time.monotonic()
-            elif (time.monotonic() - last_progress) * 1000 > self.timeout_ms:
-                detail = f": {last_error[-1]}" if last_error else ""
+                last_progress = last_attempt = now
+            elif (now - last_progress) * 1000 > self.timeout_ms:
+                detail = f": {client.errors[-1]}" if client.errors else ""
                 raise KafkaReadError(
                     f"timed out after {self.timeout_ms} ms reading {where} "
                     f"at offset {next_offset}{detail}"
                 )
+            elif now - last_attempt > stall_s:
+                client.renew(r.topic, r.partition, next_offset)
+                last_attempt = now
             for msg in messages:
                 if msg.topic() != r.topic or msg.partition() != r.partition:
                     continue  # left over from the previous range's assignment
@@ -259,6 +268,11 @@ class KafkaRangesReader(DataSourceReader):
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return  # the partition ends before the range does
+                    if is_transient_error(err):
+                        client.errors.append(str(err))
+                        client.renew(r.topic, r.partition, next_offset)
+                        last_attempt = time.monotonic()
+                        break
                     raise KafkaReadError(f"error reading {where}: {err}")
                 offset = msg.offset()
                 if offset >= r.end:
@@ -269,6 +283,38 @@ class KafkaRangesReader(DataSourceReader):
                 batch.add(msg)
                 if batch.is_full():
                     yield
+
+
+class _ReconnectingConsumer:
+    """A plain assigned consumer that can be replaced by a fresh one mid-range."""
+
+    def __init__(self, reader: KafkaRangesReader) -> None:
+        self.errors: list[str] = []
+        self.conf = reader.consumer_conf(lambda err: self.errors.append(str(err)))
+        self.consumer = self._new()
+        self.renewals = 0
+
+    def _new(self):  # noqa: ANN202
+        from confluent_kafka import Consumer
+
+        return Consumer(self.conf)
+
+    def assign(self, topic: str, partition: int, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer.assign([TopicPartition(topic, partition, offset)])
+
+    def renew(self, topic: str, partition: int, offset: int) -> None:
+        old, self.consumer = self.consumer, self._new()
+        self.renewals += 1
+        try:
+            old.close()
+        except Exception:  # noqa: BLE001 - a consumer on a dead connection may fail to close
+            pass
+        self.assign(topic, partition, offset)
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def _headers(headers) -> list[dict] | None:  # noqa: ANN001

@@ -1,16 +1,29 @@
 """The audit ledger: one Delta table shared by `migrate` and the `groups` verbs.
 
-One row per run × group × partition, for dry runs too (`is_executed` false), so every plan
-that was shown is on record next to every change that was made. A run that committed offsets
-can be undone with `--rollback RUN_ID`: the previous offsets recorded here are written back,
-and the rollback is itself a run in the ledger.
+One row per run × group × partition and phase, for dry runs too (`is_executed` false), so
+every plan that was shown is on record next to every change that was made:
+
+- `plan`: a dry run's decision, or an executing run's decision not to write a group
+  (already migrated, refused, unresolved);
+- `intent`: written before the first write to any cluster, one row per partition the run is
+  about to change, with the offset it has now (`previous_offset`) and the one it will get;
+- `outcome`: written after each group's write and read-back: `is_committed` is true only for
+  offsets that were written and read back.
+
+The ledger never trails the clusters: a run that cannot append its intent writes nothing, and
+one that cannot append an outcome stops before the next group. `--rollback RUN_ID` restores
+`previous_offset` from intent rows (tables older than the phases: committed rows).
+
+Intents are also claims: a group with an open intent of another executing run (no outcome
+yet, younger than `ledger.lease_ms`) is left to the run whose intent the Delta log ordered
+first, so two runs that select the same group at once never both write it.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -26,6 +39,11 @@ from pyspark.sql.types import (
 )
 
 from ferry import delta
+from ferry.cli import FerryError
+
+PHASE_PLAN = "plan"
+PHASE_INTENT = "intent"
+PHASE_OUTCOME = "outcome"
 
 LEDGER_SCHEMA = StructType(
     [
@@ -51,9 +69,15 @@ LEDGER_SCHEMA = StructType(
         StructField("anchor_sha256", BinaryType(), True),
         StructField("candidate_count", IntegerType(), True),
         StructField("message", StringType(), True),
+        StructField("phase", StringType(), True),  # plan, intent, outcome (null: older rows)
+        StructField("row_time", TimestampType(), True),  # when this row was appended
     ]
 )
 LEDGER_COLUMNS = LEDGER_SCHEMA.fieldNames()
+
+
+class LedgerError(FerryError):
+    """The ledger could not be written or read: the message names its path."""
 
 
 def new_run_id(action: str) -> str:
@@ -61,37 +85,132 @@ def new_run_id(action: str) -> str:
     return f"{action}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def ledger_rows_df(
-    spark: SparkSession, rows: Iterable[Mapping], run_id: str, action: str, is_executed: bool
-) -> DataFrame:
-    """Rows (dicts with any subset of the ledger columns) as a DataFrame of the ledger schema."""
-    now = datetime.now(timezone.utc)
-    full = [
-        {
-            **{c: None for c in LEDGER_COLUMNS},
-            "is_committed": False,
-            **dict(r),
-            "run_id": run_id,
-            "run_time": now,
-            "action": action,
-            "is_executed": is_executed,
+class Ledger:
+    """One run's view of the ledger table: every append carries the run's id, time, action and
+    whether it executes, and names the ledger's path when it fails."""
+
+    def __init__(
+        self, spark: SparkSession, path: str, run_id: str, action: str, is_executed: bool
+    ) -> None:
+        self.spark = spark
+        self.path = path
+        self.run_id = run_id
+        self.action = action
+        self.is_executed = is_executed
+        self.run_time = datetime.now(timezone.utc)
+        self.writer: str | None = None
+
+    def full_rows(self, rows: Iterable[Mapping], phase: str) -> list[dict]:
+        now = datetime.now(timezone.utc)
+        return [
+            {
+                **{c: None for c in LEDGER_COLUMNS},
+                "is_committed": False,
+                "phase": phase,
+                **dict(r),
+                "run_id": self.run_id,
+                "run_time": self.run_time,
+                "action": self.action,
+                "is_executed": self.is_executed,
+                "row_time": now,
+            }
+            for r in rows
+        ]
+
+    def append(self, rows: Iterable[Mapping], phase: str) -> str:
+        """Append rows in one Delta commit, of `phase` unless a row names its own (the commit
+        is tagged with `phase`); LedgerError names the path."""
+        full = self.full_rows(rows, phase)
+        if not full:
+            return self.writer or delta.writer_name(self.spark)
+        meta = {"ferry.run_id": self.run_id, "ferry.phase": phase}
+        try:
+            self.writer = delta.append_rows(self.spark, full, LEDGER_SCHEMA, self.path, meta)
+        except Exception as exc:  # noqa: BLE001 - any storage failure is the same to the user
+            raise LedgerError(f"cannot append to ledger {self.path}: {_reason(exc)}") from exc
+        return self.writer
+
+    def open_claims(self, cluster: str, groups: Sequence[str], lease_ms: int) -> dict[str, str]:
+        """Groups (of `groups`, on `cluster`) that another run intends to write and that the
+        Delta log ordered before this run's intent: group → that run's id."""
+        since = self.run_time - timedelta(milliseconds=lease_ms)
+        try:
+            rows = delta.read_since(
+                self.spark, self.path, "run_time", since, ["run_id", "group", "cluster", "phase"]
+            )
+        except Exception as exc:  # noqa: BLE001
+            raise LedgerError(f"cannot read ledger {self.path}: {_reason(exc)}") from exc
+        wanted = set(groups)
+        intents = {
+            (r["run_id"], r["group"])
+            for r in rows
+            if r["phase"] == PHASE_INTENT
+            and r["cluster"] == cluster
+            and r["group"] in wanted
+            and r["run_id"] != self.run_id
         }
-        for r in rows
-    ]
-    return spark.createDataFrame([tuple(r[c] for c in LEDGER_COLUMNS) for r in full], LEDGER_SCHEMA)
+        closed = {(r["run_id"], r["group"]) for r in rows if r["phase"] == PHASE_OUTCOME}
+        open_ = intents - closed
+        if not open_:
+            return {}
+        order = self._intent_versions({run for run, _ in open_})
+        mine = order[self.run_id]
+        claims: dict[str, str] = {}
+        for run, group in sorted(open_):
+            # Not among the commits since ours (order.get is None): it was ordered before ours.
+            version = order.get(run)
+            if version is None or version < mine:
+                claims.setdefault(group, run)
+        return claims
+
+    def _intent_versions(self, others: set[str]) -> dict[str, int]:
+        """Delta log version of this run's intent commit and of the others' found since."""
+        limit = 256
+        while True:
+            history = delta.commit_metadata(self.spark, self.path, limit)
+            found = {
+                meta.get("ferry.run_id"): version
+                for version, meta in history
+                if meta.get("ferry.phase") == PHASE_INTENT
+                and meta.get("ferry.run_id") in others | {self.run_id}
+            }
+            if self.run_id in found or len(history) < limit:
+                break
+            limit *= 8
+        if self.run_id not in found:
+            raise LedgerError(f"ledger {self.path}: this run's intent commit is not in its log")
+        return found
 
 
-def append(spark: SparkSession, ledger_df: DataFrame, path: str) -> str:
-    """Append to the ledger; returns which Delta writer ran."""
-    return delta.append(spark, ledger_df.select(*LEDGER_COLUMNS), path)
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
 
 
 def read(spark: SparkSession, path: str) -> DataFrame:
-    return delta.read(spark, path).select(*LEDGER_COLUMNS)
+    """The whole ledger; rows written before a column existed read it as null."""
+    df = delta.read(spark, path)
+    return df.select(
+        *[
+            F.col(f.name) if f.name in df.columns else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in LEDGER_SCHEMA.fields
+        ]
+    )
 
 
-def filter_run_commits(ledger_df: DataFrame, run_id: str) -> DataFrame:
-    """The rows of one run that actually changed a committed offset."""
-    return ledger_df.filter((F.col("run_id") == run_id) & F.col("is_committed")).select(
-        "group", "topic", "partition", "previous_offset", "new_offset", "action", "cluster"
+def filter_run_writes(ledger_df: DataFrame, run_id: str) -> DataFrame:
+    """The rows of one run that say what it wrote or was about to write: intents, outcomes,
+    and (older tables without phases) committed rows."""
+    is_write = F.col("phase").isin(PHASE_INTENT, PHASE_OUTCOME) | F.col("is_committed")
+    return ledger_df.filter((F.col("run_id") == run_id) & is_write).select(
+        "group",
+        "topic",
+        "partition",
+        "previous_offset",
+        "new_offset",
+        "action",
+        "cluster",
+        "phase",
+        "is_committed",
+        "status",
     )

@@ -129,8 +129,11 @@ def with_group_status_timeline(status_df: DataFrame) -> DataFrame:
 
 
 def with_migration_outcomes(ledger_df: DataFrame, last_runs: int) -> DataFrame:
-    """Per migrate run (the `last_runs` newest): partitions per status, groups committed."""
+    """Per migrate run (the `last_runs` newest): partitions per status, groups committed.
+    Intent rows are left out: each partition's decision is its plan or outcome row."""
     runs = ledger_df.filter(F.col("action") == "migrate")
+    if "phase" in ledger_df.columns:
+        runs = runs.filter(F.col("phase").isNull() | (F.col("phase") != "intent"))
     newest = (
         runs.select("run_id", "run_time").distinct().orderBy(F.desc("run_time")).limit(last_runs)
     )

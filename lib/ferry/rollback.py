@@ -1,10 +1,15 @@
 """Undo a run: write back the offsets a group had before a `migrate`, `copy` or `reset` run.
 
-Rollback reads the run's committed rows from the ledger, and for each group — only if it is
-Empty or Dead right now — commits the recorded previous offsets in one request. Partitions the
-group had no offset for before the run cannot be un-committed one by one through the Admin API;
-when that holds for every partition of a group, the group is deleted (it did not exist before
-the run), otherwise the rollback of that group is reported as incomplete.
+Rollback reads what the run wrote from the ledger and, for each group — only if it is Empty
+or Dead right now — commits the recorded previous offsets in one request. A group whose
+outcome the run recorded as committed is restored. A group the run only announced (an intent
+row without an outcome: the run stopped before it could record one) is restored only if its
+offsets are still exactly what the run meant to write — then the write landed; if they are
+still the previous ones nothing happened, and if they are anything else the group moved on
+since and is left alone. Partitions the group had no offset for before the run cannot be
+un-committed one by one through the Admin API; when that holds for every partition of a
+group, the group is deleted (it did not exist before the run), otherwise the rollback of that
+group is reported as incomplete.
 """
 
 from __future__ import annotations
@@ -27,16 +32,29 @@ class RollbackGroup:
     group: str
     restore: dict[tuple[str, int], int]  # partitions that had an offset before the run
     unset: list[tuple[str, int]]  # partitions that had none
-    run_offsets: dict[tuple[str, int], int]  # what the run wrote
+    run_offsets: dict[tuple[str, int], int | None]  # what the run wrote (None: deleted)
+    is_confirmed: bool = True  # False: intent only, the outcome was never recorded
 
 
 def rollback_plan(ledger_df: DataFrame, run_id: str) -> list[RollbackGroup]:
-    """The groups the run changed, with their previous offsets (collected: one row per
-    partition the run committed)."""
-    rows = ledger.filter_run_commits(ledger_df, run_id).collect()
+    """The groups the run changed (or announced it would), with their previous offsets
+    (collected: one row per partition the run wrote)."""
+    rows = ledger.filter_run_writes(ledger_df, run_id).collect()
+    outcomes = {r.group for r in rows if r.phase == ledger.PHASE_OUTCOME}
+    committed = {r.group for r in rows if r.is_committed}
     groups: dict[str, RollbackGroup] = {}
     for r in rows:
-        g = groups.setdefault(r.group, RollbackGroup(r.group, {}, [], {}))
+        if r.group in committed:
+            # Outcome rows hold the offsets read right before the write; older tables have
+            # only committed rows.
+            use = r.is_committed
+        else:
+            use = r.phase == ledger.PHASE_INTENT and r.group not in outcomes
+        if not use:
+            continue
+        g = groups.setdefault(
+            r.group, RollbackGroup(r.group, {}, [], {}, is_confirmed=r.group in committed)
+        )
         tp = (r.topic, r.partition)
         g.run_offsets[tp] = r.new_offset
         if r.previous_offset is None:
@@ -44,6 +62,19 @@ def rollback_plan(ledger_df: DataFrame, run_id: str) -> list[RollbackGroup]:
         else:
             g.restore[tp] = r.previous_offset
     return [groups[k] for k in sorted(groups)]
+
+
+def unconfirmed_state(g: RollbackGroup, current: dict[tuple[str, int], int]) -> str:
+    """For an intent without outcome: `landed`, `not_written` or `moved`."""
+    def matches(expected: dict) -> bool:
+        return all(current.get(tp) == off for tp, off in expected.items())
+
+    if matches(g.run_offsets):
+        return "landed"
+    before = {**g.restore, **{tp: None for tp in g.unset}}
+    if matches(before):
+        return "not_written"
+    return "moved"
 
 
 def apply_rollback(
@@ -59,7 +90,16 @@ def apply_rollback(
         committed = False
         error = None
         current = kafka_admin.committed_offsets(cluster, [g.group])[g.group]
-        if execute:
+        state = "landed" if g.is_confirmed else unconfirmed_state(g, current)
+        if state == "not_written":
+            error = None
+            progress(f"{g.group}: the run never wrote it; nothing to roll back")
+        elif state == "moved":
+            error = (
+                f"group {g.group}: its offsets changed since the run, which never recorded "
+                "whether its write landed; not rolled back"
+            )
+        if execute and state == "landed":
             try:
                 if g.restore and g.unset:
                     error = (
@@ -92,12 +132,18 @@ def apply_rollback(
                     "partition": tp[1],
                     "previous_offset": current.get(tp),
                     "new_offset": g.restore.get(tp),
-                    "status": "RESTORED" if tp in g.restore else "UNSET",
+                    "status": _row_status(state, tp in g.restore),
                     "is_committed": committed,
                     "message": error,
                 }
             )
     return rows, dict(errors)
+
+
+def _row_status(state: str, had_offset: bool) -> str:
+    if state == "landed":
+        return "RESTORED" if had_offset else "UNSET"
+    return "NOT_WRITTEN" if state == "not_written" else "MOVED"
 
 
 @dataclass
@@ -131,7 +177,7 @@ def run_rollback(
         raise UsageError(f"no ledger at ledger.path {ledger_path}")
     ledger_df = ledger.read(spark, ledger_path)
     changed = {
-        r.cluster for r in ledger.filter_run_commits(ledger_df, run_id).select("cluster").collect()
+        r.cluster for r in ledger.filter_run_writes(ledger_df, run_id).select("cluster").collect()
     }
     here = cluster.conf.get("bootstrap.servers")
     if changed and changed != {here}:
@@ -142,9 +188,25 @@ def run_rollback(
     plan = rollback_plan(ledger_df, run_id)
     if not plan:
         raise UsageError(f"run {run_id} committed nothing in ledger {ledger_path}")
+    own = ledger.Ledger(spark, ledger_path, ledger.new_run_id("rollback"), "rollback", execute)
+    if execute:  # write-ahead, as every write: what is about to be restored, before it is
+        here_id = cluster.conf.get("bootstrap.servers")
+        own.append(
+            [
+                {
+                    "cluster": here_id,
+                    "group": g.group,
+                    "topic": tp[0],
+                    "partition": tp[1],
+                    "previous_offset": g.run_offsets.get(tp),
+                    "new_offset": g.restore.get(tp),
+                    "status": "RESTORE" if tp in g.restore else "UNSET",
+                }
+                for g in plan
+                for tp in sorted(set(g.restore) | set(g.unset))
+            ],
+            ledger.PHASE_INTENT,
+        )
     rows, errors = apply_rollback(cluster, plan, execute, progress)
-    own_id = ledger.new_run_id("rollback")
-    writer = ledger.append(
-        spark, ledger.ledger_rows_df(spark, rows, own_id, "rollback", execute), ledger_path
-    )
-    return RollbackRun(plan, rows, {g: e for g, e in errors.items() if e}, own_id, writer)
+    writer = own.append(rows, ledger.PHASE_OUTCOME if execute else ledger.PHASE_PLAN)
+    return RollbackRun(plan, rows, {g: e for g, e in errors.items() if e}, own.run_id, writer)

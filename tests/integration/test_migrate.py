@@ -159,7 +159,7 @@ def test_dry_run_execute_twice_and_rollback(world, clusters):
     dry = run_job("migrate", "--config", config, "-o", "json", "--quiet", "--verbose")
     assert dry.stdout, dry.stderr
     plan = json.loads(dry.stdout)
-    assert dry.code == 1, dry.stderr  # the tail group cannot be resolved yet
+    assert dry.code == 75, dry.stderr  # the tail group is PENDING: only time is missing
     for group in world["groups"]:
         assert committed(dst, group) == {}, f"dry run committed {group}"
     status = {(r["group"], r["src_topic"], r["src_partition"]): r["status"] for r in plan}
@@ -169,19 +169,24 @@ def test_dry_run_execute_twice_and_rollback(world, clusters):
     assert status[(f"{u}-zero", t["zero"], 0)] == "MATCHED_NEXT"
     assert status[(f"{u}-dups", t["dups"], 0)] == "MATCHED"
     assert (f"{u}-shifted", t["shift"], 2) not in status
-    assert f"not migrated: {u}-tail" in dry.stderr
+    assert f"not migrated yet: {u}-tail: 1 of 2 partitions unresolved (PENDING)" in dry.stderr
+    group_status = {r["group"]: r["group_status"] for r in plan}
+    assert group_status[f"{u}-tail"] == "PENDING"
+    assert {group_status[g] for g in expected} == {"READY"}
 
     first = run_job("migrate", "--config", config, "--execute", "--quiet")
-    assert first.code == 1, first.stderr
+    assert first.code == 75, first.stderr
     for group, offsets in expected.items():
         assert committed(dst, group) == offsets, group
     assert committed(dst, f"{u}-tail") == {}, "a group with an unresolved partition was committed"
     run_id = _run_id(first.stdout)
 
-    second = run_job("migrate", "--config", config, "--execute", "--quiet")
-    assert second.code == 1
+    second = run_job("migrate", "--config", config, "--execute", "--quiet", "-o", "json")
+    assert second.code == 75, second.stderr
     for group, offsets in expected.items():
         assert committed(dst, group) == offsets, group
+    again = {r["group"]: r["group_status"] for r in json.loads(second.stdout)}
+    assert {again[g] for g in expected} == {"ALREADY_MIGRATED"}
 
     undo_dry = run_job("migrate", "--config", config, "--rollback", run_id, "--quiet")
     assert undo_dry.code == 0, undo_dry.stderr

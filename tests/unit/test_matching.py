@@ -8,7 +8,8 @@ import pytest
 from chispa import assert_df_equality
 
 from ferry import matching
-from ferry.migrate import COMMITTED_SCHEMA, DST_BOUNDS_SCHEMA
+from ferry.migrate.extract import DST_BOUNDS_SCHEMA
+from ferry.migrate.plan import COMMITTED_SCHEMA
 
 T0 = 1_700_000_000_000
 RECORD_SCHEMA = (

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ferry.testing.proxy import FaultProxy
+
 
 class BrokerError(RuntimeError):
     """A local broker could not be started."""
@@ -36,10 +38,11 @@ class LocalBroker:
     process: subprocess.Popen
     log_path: Path
     started_at: float = field(default_factory=time.time)
+    proxy: FaultProxy | None = None  # when set, clients reach the broker only through it
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"127.0.0.1:{self.proxy.port if self.proxy else self.port}"
 
     @property
     def config(self) -> dict[str, str]:
@@ -49,6 +52,8 @@ class LocalBroker:
         return self.process.poll() is None
 
     def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.close()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -97,8 +102,11 @@ def _wait_until_ready(broker: LocalBroker, timeout_s: float) -> None:
     raise BrokerError(f"broker {broker.name} on {broker.bootstrap} did not answer in {timeout_s}s")
 
 
-def start_broker(name: str, log_dir: Path | None = None, timeout_s: float = 20) -> LocalBroker:
-    """Start one broker with its own in-memory storage on a free loopback port."""
+def start_broker(
+    name: str, log_dir: Path | None = None, timeout_s: float = 20, proxied: bool = False
+) -> LocalBroker:
+    """Start one broker with its own in-memory storage on a free loopback port; `proxied`
+    puts a `FaultProxy` in front of it, whose port the broker advertises."""
     binary = broker_binary()
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="ferry-broker-"))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -106,6 +114,8 @@ def start_broker(name: str, log_dir: Path | None = None, timeout_s: float = 20) 
     for _ in range(3):  # another process may grab the free port between bind and start
         port = free_port()
         url = f"tcp://127.0.0.1:{port}"
+        proxy = FaultProxy(port) if proxied else None
+        advertised = f"tcp://127.0.0.1:{proxy.port}" if proxy else url
         log_path = log_dir / f"{name}.log"
         log_file = open(log_path, "ab")  # noqa: SIM115 - the process owns it
         process = subprocess.Popen(
@@ -115,7 +125,7 @@ def start_broker(name: str, log_dir: Path | None = None, timeout_s: float = 20) 
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                advertised,
                 "--storage-engine",
                 f"memory://{name}/",
             ],
@@ -126,7 +136,7 @@ def start_broker(name: str, log_dir: Path | None = None, timeout_s: float = 20) 
             start_new_session=True,
         )
         log_file.close()
-        broker = LocalBroker(name, port, process, log_path)
+        broker = LocalBroker(name, port, process, log_path, proxy=proxy)
         _live.append(broker)
         try:
             _wait_until_ready(broker, timeout_s)

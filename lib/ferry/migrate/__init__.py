@@ -1,0 +1,35 @@
+"""Exact consumer-group migration between two clusters, as stages the data walks through
+once, top to bottom:
+
+1. `discover` (driver, admin API): selected groups, states and committed offsets on both
+   clusters, watermarks.
+2. `extract` (data source): the source records around every committed offset and the
+   destination records around every anchor's timestamp, each range read once.
+3. `plan` (`ferry.matching`, pure transforms): anchors, candidates, context scores, one plan
+   row per group × source partition.
+4. `decision` (pure): per group READY, ALREADY_MIGRATED, PENDING, REFUSED, ... and the exit code
+   a scheduler acts on.
+5. `load`: write READY groups through `ferry.commit` (write-ahead ledger, claims, checks right
+   before each write, read-back), record dry runs, export CSV.
+"""
+
+from ferry.migrate.decision import GroupDecision, decide, exit_code
+from ferry.migrate.discover import Discovery, discover
+from ferry.migrate.load import commit_groups, export_csv, ledger_rows, record_dry_run
+from ferry.migrate.plan import Plan, build_plan
+from ferry.migrate.ranges import merge_intervals
+
+__all__ = [
+    "Discovery",
+    "GroupDecision",
+    "Plan",
+    "build_plan",
+    "commit_groups",
+    "decide",
+    "discover",
+    "exit_code",
+    "export_csv",
+    "ledger_rows",
+    "merge_intervals",
+    "record_dry_run",
+]

@@ -1,0 +1,94 @@
+"""Decide: per group, from the plan alone, whether it would be written and why not.
+
+A group is written only when every one of its partitions resolved and the write moves the
+destination group forward (`ferry.commit.forward_decision` over the offsets it has now): a
+group already at or past the plan everywhere is `ALREADY_MIGRATED` and left alone, one ahead
+on some partitions and behind on others is `REFUSED` unless `--allow-rewind`. The same rule is
+applied again right before each write, with the offsets the group has at that moment.
+
+Group statuses and what a scheduler should do (see `exit_code`): READY (dry run: would be
+written), COMMITTED, ALREADY_MIGRATED and NOTHING_TO_MIGRATE are done; PENDING (the replica
+has not caught up) and CLAIMED (another run is writing it) are worth another run later;
+REFUSED, UNRESOLVED, FAILED and UNKNOWN need a person.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ferry import commit, matching
+from ferry.kafka_admin import TopicPartitionKey
+from ferry.migrate.plan import Plan
+
+READY = "READY"
+COMMITTED = commit.STATUS_COMMITTED
+ALREADY_MIGRATED = commit.STATUS_ALREADY_MIGRATED
+NOTHING_TO_MIGRATE = "NOTHING_TO_MIGRATE"
+PENDING = "PENDING"
+CLAIMED = commit.STATUS_CLAIMED
+REFUSED = commit.STATUS_REFUSED
+UNRESOLVED = "UNRESOLVED"
+
+DONE_STATUSES = {READY, COMMITTED, ALREADY_MIGRATED, NOTHING_TO_MIGRATE}
+RETRY_STATUSES = {PENDING, CLAIMED}
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1
+EXIT_TRY_AGAIN = 75  # EX_TEMPFAIL: only PENDING/CLAIMED groups are left; run again later
+
+
+@dataclass
+class GroupDecision:
+    group: str
+    status: str
+    message: str | None
+    offsets: dict[TopicPartitionKey, int]  # what would be written (READY only)
+
+    @property
+    def is_write(self) -> bool:
+        return self.status == READY
+
+
+def decide(plan: Plan, allow_rewind: bool) -> dict[str, GroupDecision]:
+    """One decision per planned group (pure: plan rows carry the destination's offsets)."""
+    out: dict[str, GroupDecision] = {}
+    by_group = plan.by_group()
+    for group in plan.groups():
+        rows = by_group.get(group, [])
+        note = plan.group_notes.get(group)
+        if note is not None:
+            status = NOTHING_TO_MIGRATE if not rows and "nothing to migrate" in note else REFUSED
+            out[group] = GroupDecision(group, status, note, {})
+            continue
+        unresolved = [r for r in rows if not r["is_resolved"]]
+        if unresolved:
+            bad = sorted({r["status"] for r in unresolved})
+            status = PENDING if bad == [matching.STATUS_PENDING] else UNRESOLVED
+            message = f"{len(unresolved)} of {len(rows)} partitions unresolved ({', '.join(bad)})"
+            out[group] = GroupDecision(group, status, message, {})
+            continue
+        targets = {(r["dst_topic"], r["dst_partition"]): r["destination_offset"] for r in rows}
+        previous = {
+            (r["dst_topic"], r["dst_partition"]): r["previous_offset"]
+            for r in rows
+            if r["previous_offset"] is not None
+        }
+        decision, reason = commit.forward_decision(targets, previous, allow_rewind)
+        if decision == commit.DECISION_ALREADY:
+            out[group] = GroupDecision(
+                group, ALREADY_MIGRATED, "destination at or past the plan on every partition", {}
+            )
+        elif decision == commit.DECISION_MIXED:
+            out[group] = GroupDecision(group, REFUSED, reason, {})
+        else:
+            out[group] = GroupDecision(group, READY, None, targets)
+    return out
+
+
+def exit_code(statuses: Mapping[str, str]) -> int:
+    """0 when every group is done, 75 when the rest only needs time, 1 otherwise."""
+    left = {s for s in statuses.values() if s not in DONE_STATUSES}
+    if not left:
+        return EXIT_OK
+    return EXIT_TRY_AGAIN if left <= RETRY_STATUSES else EXIT_INCOMPLETE

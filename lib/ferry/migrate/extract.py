@@ -1,0 +1,207 @@
+"""Extract: read the source around every committed offset and the destination around every
+anchor's timestamp, each range once, as DataFrames of
+(topic, partition, segment, offset, timestamp_ms, sha256).
+
+How far to read: a source partition is read from `2 × (context + 1)` offsets before each
+committed offset C to `context + 1` after it; when that holds fewer than `context + 1`
+records before C (compaction gaps, transaction markers) the missing stretch before it is read
+too, four times further back each round, until there are enough records or the log start is
+reached. Destination windows come from the anchors' timestamps widened by
+`window_before_ms`/`window_after_ms`; their offsets come from `offsets_for_timestamps`, which
+treats the broker's answer as a lower bound and verifies it by reading.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from ferry import kafka_admin
+from ferry.config import FerryConfig
+from ferry.kafka_admin import Cluster, TopicPartitionKey
+from ferry.kafka_source import OffsetRange, read_ranges
+from ferry.migrate.discover import Discovery
+from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
+
+RECORD_COLUMNS = ["topic", "partition", "segment", "offset", "timestamp_ms", "sha256"]
+MAX_LOOKBACK_ROUNDS = 8
+
+DST_BOUNDS_SCHEMA = StructType(
+    [
+        StructField("dst_topic", StringType(), False),
+        StructField("dst_partition", IntegerType(), False),
+        StructField("dst_log_start_offset", LongType(), False),
+        StructField("dst_log_end_offset", LongType(), False),
+        StructField("dst_last_timestamp_ms", LongType(), True),
+    ]
+)
+
+
+def read_records(
+    spark: SparkSession, cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig
+) -> DataFrame:
+    """Read ranges once and keep them: every later stage reuses these rows."""
+    df = read_ranges(
+        spark,
+        cluster.conf,
+        ranges,
+        cluster=cluster.name,
+        hash_fields=cfg.matching.hash,
+        ignore_headers=cfg.matching.ignore_headers,
+        columns=["topic", "partition", "offset", "timestamp", "sha256"],
+        max_records_per_partition=cfg.reader.max_records_per_task,
+        timeout_ms=cfg.reader.timeout_ms,
+        isolation_level=cfg.reader.isolation_level,
+    ).select(
+        "topic",
+        "partition",
+        "offset",
+        F.unix_millis("timestamp").alias("timestamp_ms"),
+        "sha256",
+    )
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def with_segments(records_df: DataFrame, segments_df: DataFrame) -> DataFrame:
+    """Tag each record with the start of the contiguous interval it was read in."""
+    r, s = records_df, F.broadcast(segments_df)
+    joined = r.join(
+        s,
+        on=[
+            r["topic"] == s["topic"],
+            r["partition"] == s["partition"],
+            r["offset"] >= s["seg_start"],
+            r["offset"] < s["seg_end"],
+        ],
+    )
+    return joined.select(
+        r["topic"],
+        r["partition"],
+        s["seg_start"].alias("segment"),
+        r["offset"],
+        r["timestamp_ms"],
+        r["sha256"],
+    )
+
+
+def extract_source_records(
+    spark: SparkSession,
+    src: Cluster,
+    rows: Sequence[Mapping],
+    disc: Discovery,
+    cfg: FerryConfig,
+    progress: Callable[[str], None],
+) -> DataFrame:
+    """Read the source around every committed offset, looking further back where needed."""
+    k = cfg.matching.context
+    book = RangeBook()
+    pending = {((r["src_topic"], r["src_partition"]), r["committed_offset"]) for r in rows}
+    lookback = 2 * (k + 1)
+    parts: list[DataFrame] = []
+    for round_no in range(MAX_LOOKBACK_ROUNDS):
+        ranges = book.new_ranges(source_needs(pending, disc.source_bounds, k, lookback))
+        if ranges:
+            n = sum(r.end - r.start for r in ranges)
+            progress(f"source: reading {len(ranges)} ranges ({n} offsets), round {round_no + 1}")
+            part = read_records(spark, src, ranges, cfg)
+            part.count()  # materialize the cache now; the coverage check below reuses it
+            parts.append(part)
+        all_df = _union(spark, parts)
+        short = _short_of_context(spark, all_df, pending, disc.source_bounds, k, lookback)
+        if not short:
+            break
+        pending = short
+        lookback *= 4
+    return with_segments(_union(spark, parts), book.segments_df(spark))
+
+
+def _union(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
+    if not parts:
+        schema = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
+        return spark.createDataFrame([], schema)
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
+
+
+def _short_of_context(
+    spark: SparkSession,
+    records_df: DataFrame,
+    pending: set[tuple[TopicPartitionKey, int]],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    k: int,
+    lookback: int,
+) -> set[tuple[TopicPartitionKey, int]]:
+    """Committed offsets with fewer than k+1 records read before them whose read window has
+    not yet reached the log start."""
+    candidates = [
+        (t, p, c)
+        for (t, p), c in pending
+        if max(bounds[(t, p)][0], c - lookback) > bounds[(t, p)][0]
+    ]
+    if not candidates:
+        return set()
+    wanted_df = spark.createDataFrame(candidates, "topic string, partition int, c long")
+    counts = (
+        wanted_df.join(records_df, ["topic", "partition"], "left")
+        .groupBy("topic", "partition", "c")
+        .agg(F.count(F.when(F.col("offset") < F.col("c"), 1)).alias("n"))
+        .filter(F.col("n") < k + 1)
+        .collect()
+    )
+    return {((r.topic, r.partition), r.c) for r in counts}
+
+
+def destination_windows(
+    anchors: Iterable[Mapping], before_ms: int, after_ms: int
+) -> dict[TopicPartitionKey, list[tuple[int, int]]]:
+    """Merged timestamp windows per destination partition."""
+    per_tp: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
+    for a in anchors:
+        ts = a["anchor_timestamp_ms"]
+        per_tp[(a["dst_topic"], a["dst_partition"])].append((ts - before_ms, ts + after_ms + 1))
+    return {tp: merge_intervals(ws) for tp, ws in per_tp.items()}
+
+
+def window_offsets(
+    dst: Cluster,
+    windows: Mapping[TopicPartitionKey, list[tuple[int, int]]],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    k: int,
+) -> dict[TopicPartitionKey, list[tuple[int, int]]]:
+    """Offset intervals to read for each window: from k+1 records before its first record to
+    k+1 after its last (for context), found by verified timestamp lookups."""
+    out: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
+    depth = max((len(w) for w in windows.values()), default=0)
+    for i in range(depth):
+        layer = {tp: ws[i] for tp, ws in windows.items() if i < len(ws)}
+        starts = kafka_admin.offsets_for_timestamps(
+            dst, {tp: lo for tp, (lo, _) in layer.items()}, bounds
+        )
+        ends = kafka_admin.offsets_for_timestamps(
+            dst, {tp: hi for tp, (_, hi) in layer.items()}, bounds
+        )
+        for tp in layer:
+            log_start, log_end = bounds[tp]
+            first = starts[tp] if starts[tp] is not None else log_end
+            after = ends[tp] if ends[tp] is not None else log_end
+            out[tp].append((max(log_start, first - 2 * (k + 1)), min(log_end, after + k + 1)))
+    return {tp: merge_intervals(ivs) for tp, ivs in out.items()}
+
+
+def destination_last_timestamps(
+    dst: Cluster, bounds: Mapping[TopicPartitionKey, tuple[int, int]]
+) -> dict[TopicPartitionKey, int | None]:
+    """Timestamp of (about) the newest record of each destination partition; None if empty."""
+    probes = {tp: max(s, e - 1) for tp, (s, e) in bounds.items() if e > s}
+    seen = kafka_admin.first_records_at(dst, probes)
+    missing = {tp: max(bounds[tp][0], bounds[tp][1] - 64) for tp, r in seen.items() if r is None}
+    seen.update(kafka_admin.first_records_at(dst, missing))
+    return {tp: (seen[tp][1] if seen.get(tp) else None) for tp in bounds}
+

@@ -1,0 +1,82 @@
+"""Offset intervals: what to read around each committed offset, and a book of what has been
+read already so no interval is read twice."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+
+from ferry.kafka_admin import TopicPartitionKey
+from ferry.kafka_source import OffsetRange
+
+
+def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, non-overlapping, non-adjacent intervals covering the input ([start, end))."""
+    merged: list[list[int]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def subtract_intervals(
+    wanted: tuple[int, int], have: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Parts of `wanted` not covered by the (merged) intervals in `have`."""
+    parts = [wanted]
+    for hs, he in have:
+        parts = [
+            piece
+            for s, e in parts
+            for piece in ((s, min(e, hs)), (max(s, he), e))
+            if piece[1] > piece[0]
+        ]
+    return parts
+
+
+def source_needs(
+    committed: Iterable[tuple[TopicPartitionKey, int]],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    context: int,
+    lookback: int,
+) -> dict[TopicPartitionKey, list[tuple[int, int]]]:
+    """Per source partition, the offset intervals holding each C's anchor and context."""
+    needs: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
+    for tp, c in committed:
+        log_start, log_end = bounds[tp]
+        start = max(log_start, c - lookback)
+        end = min(log_end, max(c, log_start) + context + 1)
+        needs[tp].append((start, max(start, end)))
+    return needs
+
+
+@dataclass
+class RangeBook:
+    """Which offset intervals of which partitions have been read; nothing is read twice."""
+
+    read: dict[TopicPartitionKey, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def new_ranges(
+        self, needs: Mapping[TopicPartitionKey, list[tuple[int, int]]]
+    ) -> list[OffsetRange]:
+        out = []
+        for tp, intervals in needs.items():
+            have = self.read.get(tp, [])
+            for s, e in merge_intervals(intervals):
+                for ps, pe in subtract_intervals((s, e), have):
+                    out.append(OffsetRange(tp[0], tp[1], ps, pe))
+        for r in out:
+            key = (r.topic, r.partition)
+            self.read[key] = merge_intervals(self.read.get(key, []) + [(r.start, r.end)])
+        return out
+
+    def segments_df(self, spark: SparkSession) -> DataFrame:
+        rows = [(t, p, s, e) for (t, p), ivs in self.read.items() for s, e in ivs]
+        schema = "topic string, partition int, seg_start long, seg_end long"
+        return spark.createDataFrame(rows, schema)
+
