@@ -138,7 +138,8 @@ def execute_writes(
             done = [o for o in outcomes.values() if o.is_committed]
             raise OutcomeNotRecorded(
                 f"{exc}; stopped after writing {len(done)} group(s), "
-                f"{len(writes) - len(outcomes)} not attempted",
+                f"{len(writes) - len(outcomes)} not attempted; run {ledger.run_id} "
+                "(its intent rows allow --rollback)",
                 done,
             ) from exc
         if outcome.is_committed:

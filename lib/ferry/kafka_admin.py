@@ -81,7 +81,12 @@ class Cluster:
         return self._admin
 
     def renew_admin(self) -> None:
-        """Drop the AdminClient; the next call builds a fresh one (new connections)."""
+        """Drop the AdminClient; the next call builds a fresh one (new connections).
+
+        Dropped, not kept: a client whose requests timed out while its broker was away can
+        abort the whole process inside librdkafka once the broker answers again (assertion in
+        rd_kafka_enq_once_del_source_return, confluent-kafka 2.16, reproduced here through the
+        fault proxy); destroyed at once, it cannot."""
         object.__setattr__(self, "_admin", None)
 
     def consumer(self):  # noqa: ANN201
@@ -204,6 +209,8 @@ def _gather(
             break
         fatal = [k for k, e in failures.items() if not is_transient(e)]
         if fatal or time.monotonic() + delay > deadline:
+            if any(_needs_fresh_client(e) for e in failures.values()):
+                cluster.renew_admin()
             key = fatal[0] if fatal else next(iter(failures))
             exc = failures[key]
             spent = "" if fatal else f" (retried for {cluster.retry_s:g}s)"
@@ -230,6 +237,7 @@ def check_reachable(cluster: Cluster) -> None:
     try:
         cluster.admin().list_topics(timeout=cluster.timeout_s)
     except Exception as exc:
+        cluster.renew_admin()
         raise ClusterError(
             f"cannot reach {cluster.name} within {cluster.timeout_s:g}s: {_short(exc)}"
         ) from exc
@@ -514,6 +522,8 @@ def alter_offsets(cluster: Cluster, group: str, offsets: Mapping[TopicPartitionK
                     f"{cluster.name}: commit offsets of group {group} failed: {_short(exc)}"
                 ) from exc
             if time.monotonic() + delay > deadline:
+                if _needs_fresh_client(exc):
+                    cluster.renew_admin()
                 raise CommitUnknownError(
                     f"{cluster.name}: commit of group {group} unconfirmed after "
                     f"{cluster.retry_s:g}s: {_short(exc)}"

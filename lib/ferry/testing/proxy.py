@@ -26,6 +26,7 @@ API_LIST_OFFSETS = 2
 API_OFFSET_COMMIT = 8
 API_OFFSET_FETCH = 9
 API_DESCRIBE_GROUPS = 15
+API_CONSUMER_GROUP_DESCRIBE = 69  # what librdkafka sends to describe groups (KIP-848)
 
 
 @dataclass
