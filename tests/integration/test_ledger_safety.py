@@ -217,7 +217,8 @@ def test_runs_started_together_after_a_deploy(clusters, tmp_path, unique):
     commands = [
         ["migrate", "--config", config, "--execute", "--quiet",
          "--set", f"groups.include=['{g1}', '{g2}']"],
-        ["migrate", "--config", config, "--execute", "--quiet", "--set", f"groups.include=['{g3}']"],
+        ["migrate", "--config", config, "--execute", "--quiet",
+         "--set", f"groups.include=['{g3}']"],
         ["lag-snapshot", "--config", str(lag_config), "--quiet"],
     ]  # fmt: skip
     runs = [
