@@ -4,7 +4,8 @@ A source cluster with several topics and consumer groups; a destination that a r
 (simulated here, MirrorMaker 2 style: `src.` topic prefix, its own provenance header, original
 timestamps) started copying from a later offset, so every offset differs between the two;
 a run of identical records sharing one millisecond right where a group stopped; then a dry
-run, `--execute`, and a read-back that checks every migrated group landed exactly.
+run, `--execute`, the next scheduled `--execute` (every group already migrated: nothing
+moves), and a read-back that checks every migrated group landed exactly.
 """
 
 from __future__ import annotations
@@ -97,7 +98,13 @@ def main() -> int:
         )
         print(f"demo: config {config}:\n{textwrap.indent(config.read_text(), '    ')}")
         submit = [str(ROOT / "spark-submit.sh"), "migrate", "--config", str(config)]
-        for label, extra in (("dry run", []), ("execute", ["--execute"])):
+        steps = (
+            ("dry run", []),
+            ("execute", ["--execute"]),
+            # What the next scheduled run does: every group is ALREADY_MIGRATED, nothing moves.
+            ("scheduled rerun", ["--execute"]),
+        )
+        for label, extra in steps:
             print(f"\ndemo: $ ./spark-submit.sh migrate --config {config.name} {' '.join(extra)}")
             code = subprocess.call(submit + extra, env={**os.environ})
             print(f"demo: {label} exited {code}")
