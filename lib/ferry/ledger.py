@@ -122,7 +122,8 @@ class Ledger:
         is tagged with `phase`); LedgerError names the path."""
         full = self.full_rows(rows, phase)
         if not full:
-            return self.writer or delta.writer_name(self.spark)
+            self.writer = self.writer or delta.writer_name(self.spark)
+            return self.writer
         meta = {"ferry.run_id": self.run_id, "ferry.phase": phase}
         try:
             self.writer = delta.append_rows(self.spark, full, LEDGER_SCHEMA, self.path, meta)
