@@ -37,3 +37,17 @@ def run_job(name: str, *argv: str) -> JobResult:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = run(module.main, [str(a) for a in argv])
     return JobResult(code, out.getvalue(), err.getvalue())
+
+
+def group_statuses(result: JobResult) -> dict[str, str]:
+    """group → group_status from a `migrate -o json` run."""
+    import json
+
+    return {r["group"]: r["group_status"] for r in json.loads(result.stdout)}
+
+
+def ledger_rows(path) -> list[dict]:  # noqa: ANN001 - str or Path
+    """Every row of a ledger written by the deltalake path, as dicts."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()

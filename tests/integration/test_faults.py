@@ -18,7 +18,7 @@ from ferry.testing.brokers import start_broker
 from ferry.testing.produce import commit_offsets, create_topics, produce
 from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_FETCH, API_OFFSET_COMMIT
 
-from .jobrunner import ROOT, run_job
+from .jobrunner import ROOT, group_statuses, ledger_rows, run_job
 from .test_migrate import committed, replicate, unique_records
 
 pytestmark = pytest.mark.integration
@@ -149,12 +149,6 @@ def test_source_lost_mid_read_fails_in_one_line(proxied, tmp_path, unique):
     print(f"source lost: failed after {took:.1f}s: {lines[0]}")
 
 
-def _ledger_rows(path: Path) -> list[dict]:
-    from deltalake import DeltaTable
-
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-
-
 def test_destination_lost_after_first_commit_then_rerun(proxied, tmp_path, unique):
     src, dst = proxied
     config, expected = _world(
@@ -171,11 +165,11 @@ def test_destination_lost_after_first_commit_then_rerun(proxied, tmp_path, uniqu
         assert committed(dst, group) in ({}, offsets), f"{group} half committed"
     claimed = {
         r["group"]
-        for r in _ledger_rows(tmp_path / "ledger")
+        for r in ledger_rows(tmp_path / "ledger")
         if r["phase"] == "outcome" and r["is_committed"]
     }
     assert claimed <= landed, "the ledger claims a commit that did not happen"
-    statuses = {r["group"]: r["group_status"] for r in json.loads(first.stdout)}
+    statuses = group_statuses(first)
     assert statuses[next(iter(landed))] in ("COMMITTED", "UNKNOWN")
     assert {s for g, s in statuses.items() if g not in landed} == {"FAILED"}
 
@@ -183,5 +177,5 @@ def test_destination_lost_after_first_commit_then_rerun(proxied, tmp_path, uniqu
     assert again.code == 0, again.stderr
     for group, offsets in expected.items():
         assert committed(dst, group) == offsets, group
-    statuses = {r["group"]: r["group_status"] for r in json.loads(again.stdout)}
+    statuses = group_statuses(again)
     assert statuses == {g: ("ALREADY_MIGRATED" if g in landed else "COMMITTED") for g in expected}

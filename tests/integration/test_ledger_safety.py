@@ -14,7 +14,7 @@ import pytest
 from ferry import delta, ledger
 from ferry.testing.produce import commit_offsets, create_topics, produce
 
-from .jobrunner import ROOT, run_job
+from .jobrunner import ROOT, group_statuses, ledger_rows, run_job
 from .test_migrate import committed, replicate, unique_records, write_config
 
 pytestmark = pytest.mark.integration
@@ -34,12 +34,6 @@ def _world(src, dst, unique: str) -> tuple[str, dict[str, dict]]:
         commit_offsets(src.config, group, {(topic, 0): 20 + i, (topic, 1): 30 + i})
         expected[group] = {(topic, 0): 10 + i, (topic, 1): 20 + i}
     return topic, expected
-
-
-def _rows(path) -> list[dict]:
-    from deltalake import DeltaTable
-
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
 
 
 def test_unwritable_ledger_commits_nothing(clusters, tmp_path, unique):
@@ -129,7 +123,7 @@ def test_a_group_claimed_by_another_run_is_left_to_it(clusters, tmp_path, unique
 
     result = run_job("migrate", "--config", config, "--execute", "--quiet", "-o", "json")
     assert result.code == 75, result.stderr
-    statuses = {r["group"]: r["group_status"] for r in json.loads(result.stdout)}
+    statuses = group_statuses(result)
     assert statuses == {g1: "CLAIMED", g2: "CLAIMED", g3: "COMMITTED"}
     assert f"run {other.run_id} is writing this group" in result.stderr
     assert committed(dst, g1) == {} and committed(dst, g2) == {}
@@ -153,7 +147,7 @@ def test_a_group_claimed_by_another_run_is_left_to_it(clusters, tmp_path, unique
         "ledger.lease_ms=1",
     )
     assert again.code == 0, again.stderr
-    statuses = {r["group"]: r["group_status"] for r in json.loads(again.stdout)}
+    statuses = group_statuses(again)
     assert statuses == {g1: "COMMITTED", g2: "COMMITTED", g3: "ALREADY_MIGRATED"}
     for group, offsets in expected.items():
         assert committed(dst, group) == offsets
@@ -188,7 +182,7 @@ def test_two_runs_on_the_same_groups_at_once(clusters, tmp_path, unique):
     for group, offsets in expected.items():
         assert committed(dst, group) == offsets, group
     statuses = [{r["group"]: r["group_status"] for r in json.loads(out)} for out, _ in outputs]
-    rows = _rows(tmp_path / "ledger")
+    rows = ledger_rows(tmp_path / "ledger")
     for group in expected:
         writers = [s[group] for s in statuses if s[group] == "COMMITTED"]
         others = [s[group] for s in statuses if s[group] != "COMMITTED"]
@@ -232,6 +226,6 @@ def test_runs_started_together_after_a_deploy(clusters, tmp_path, unique):
     assert [r.returncode for r in runs] == [0, 0, 0], [err[-2000:] for _, err in outputs]
     for group, offsets in expected.items():
         assert committed(dst, group) == offsets, group
-    run_ids = {r["run_id"] for r in _rows(tmp_path / "ledger") if r["is_committed"]}
+    run_ids = {r["run_id"] for r in ledger_rows(tmp_path / "ledger") if r["is_committed"]}
     assert len(run_ids) == 2, run_ids
     assert delta.exists(str(tmp_path / "history"))

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
-from .jobrunner import run_job
+from .jobrunner import group_statuses, ledger_rows, run_job
 from .test_migrate import committed, replicate, unique_records, write_config
 
 pytestmark = pytest.mark.integration
@@ -26,10 +26,6 @@ def _two_partition_world(src, dst, topic: str, n: int = 60, start: int = 10) -> 
         recs = unique_records(f"{topic}-{p}", n)
         produce(src.config, topic, p, recs)
         produce(dst.config, topic, p, replicate(recs, start))
-
-
-def _statuses(result) -> dict[str, str]:
-    return {r["group"]: r["group_status"] for r in json.loads(result.stdout)}
 
 
 def test_rerun_leaves_moved_groups_alone_and_refuses_mixed(clusters, tmp_path, unique):
@@ -62,22 +58,26 @@ def test_rerun_leaves_moved_groups_alone_and_refuses_mixed(clusters, tmp_path, u
         f"groups.include=['{moved}', '{new}']",
     )
     assert again.code == 0, again.stderr
-    assert _statuses(again) == {moved: "ALREADY_MIGRATED", new: "COMMITTED"}
+    assert group_statuses(again) == {moved: "ALREADY_MIGRATED", new: "COMMITTED"}
     assert committed(dst, moved) == {(topic, 0): 45, (topic, 1): 50}, "moved group rewound"
     assert committed(dst, new) == {(topic, 0): 10, (topic, 1): 20}
 
     refused = run_job("migrate", "--config", config, "--execute", "--quiet", "-o", "json")
     assert refused.code == 1, refused.stderr
-    assert _statuses(refused)[mixed] == "REFUSED"
+    assert group_statuses(refused)[mixed] == "REFUSED"
     assert f"ahead of the plan on {topic}[0] and behind on {topic}[1]" in refused.stderr
     assert committed(dst, mixed) == {(topic, 0): 40, (topic, 1): 5}
 
     # The ledger says what was decided and why, for the dry run of a later run too.
     dry = run_job("migrate", "--config", config, "--quiet", "-o", "json")
-    assert _statuses(dry) == {moved: "ALREADY_MIGRATED", new: "ALREADY_MIGRATED", mixed: "REFUSED"}
+    assert group_statuses(dry) == {
+        moved: "ALREADY_MIGRATED",
+        new: "ALREADY_MIGRATED",
+        mixed: "REFUSED",
+    }
     decided = {
         (r["run_id"], r["phase"], r["message"])
-        for r in _ledger_rows(tmp_path / "ledger")
+        for r in ledger_rows(tmp_path / "ledger")
         if r["group"] == mixed
     }
     assert (
@@ -93,12 +93,6 @@ def test_rerun_leaves_moved_groups_alone_and_refuses_mixed(clusters, tmp_path, u
     assert rewind.code == 0, rewind.stderr
     assert committed(dst, mixed) == {(topic, 0): 10, (topic, 1): 20}
     assert committed(dst, moved) == {(topic, 0): 31, (topic, 1): 41}
-
-
-def _ledger_rows(path) -> list[dict]:
-    from deltalake import DeltaTable
-
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
 
 
 def test_groups_copy_is_forward_only(cluster, tmp_path, unique):
