@@ -25,7 +25,7 @@ $(STAMP): setup.py
 # Python environment (tools/pack.py). Rebuilt only when the sources or the installed
 # dependencies changed.
 package: build/ferry-lib.zip build/ferry-env.tar.gz
-	@du -h build/ferry-env.tar.gz build/ferry-lib.zip | awk '{ print $$2 ": " $$1 }'
+	@du -h --apparent-size build/ferry-env.tar.gz build/ferry-lib.zip | awk '{ print $$2 ": " $$1 }'
 
 build/ferry-lib.zip: $(LIB_SOURCES) tools/pack.py | $(STAMP)
 	$(PY) tools/pack.py lib

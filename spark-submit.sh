@@ -61,6 +61,7 @@ while [ $# -gt 0 ]; do
     --no-ship-env) SHIP_ENV=0; shift; continue ;;
     --print-command) PRINT=1; shift; continue ;;
     -h|--help) usage ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}"; continue ;;
     -*) [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
     *) break ;;
   esac

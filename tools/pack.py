@@ -220,7 +220,7 @@ def main(argv: list[str]) -> int:
         build_lib_zip()
     elif argv == ["env"]:
         archive = build_env()
-        print(f"{archive.relative_to(ROOT)}: {archive.stat().st_size / 1e6:.0f} MB")
+        print(f"built {archive.relative_to(ROOT)} ({archive.stat().st_size / 2**20:.0f} MiB)")
     else:
         print("usage: tools/pack.py lib|env", file=sys.stderr)
         return 2

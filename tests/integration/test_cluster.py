@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from ferry.testing.brokers import free_port
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 from .jobrunner import ROOT
+from .test_migrate import write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -178,23 +178,7 @@ def test_migrate_runs_on_a_standalone_cluster(standalone, clusters, unique, tmp_
         produce(src.config, topic, partition, records)
         produce(dst.config, topic, partition, records[5:])  # replicated from offset 5
     commit_offsets(src.config, group, {(topic, 0): 30, (topic, 1): 12})
-    config = tmp_path / "migrate.yaml"
-    config.write_text(
-        textwrap.dedent(
-            f"""\
-            source:
-              bootstrap.servers: {src.bootstrap}
-            destination:
-              bootstrap.servers: {dst.bootstrap}
-            groups:
-              include: ['{group}']
-            topics:
-              include: ['{topic}']
-            ledger:
-              path: {tmp_path / "ledger"}
-            """
-        )
-    )
+    config = write_config(tmp_path, src, dst, unique)
     env = {
         **os.environ, "SPARK_LOCAL_IP": LOOPBACK, "FERRY_LOG_DIR": str(tmp_path / "log"),
     }  # fmt: skip
@@ -202,7 +186,7 @@ def test_migrate_runs_on_a_standalone_cluster(standalone, clusters, unique, tmp_
         env.pop(name, None)
     result = subprocess.run(
         [str(ROOT / "spark-submit.sh"), "--master", standalone.master_url,
-         "--conf", "spark.executor.memory=1g", "migrate", "--config", str(config),
+         "--conf", "spark.executor.memory=1g", "migrate", "--config", config,
          "--execute", "-o", "json"],
         capture_output=True, text=True, env=env, timeout=900, check=False,
     )  # fmt: skip
