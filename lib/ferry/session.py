@@ -1,53 +1,99 @@
-"""The one place a SparkSession is built; everything else receives `spark` as a parameter."""
+"""The one place a SparkSession is built; everything else receives `spark` as a parameter.
+
+Under spark-submit (spark-submit.sh) the user's master, deploy mode and settings rule, and
+Ferry only fills in what nobody set. Run directly (tests, notebooks, benches) Ferry chooses
+the master (`local[*]` or $FERRY_MASTER) and keeps Spark's logging in a file, as
+spark-submit.sh does.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
-from pyspark import SparkConf
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+LOG4J_PROPERTIES = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
+
+# Settings Ferry relies on wherever the user set nothing.
+DEFAULTS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.adaptive.enabled": "true",
+}
+# Only for local masters: Ferry's many small partitions on one machine. On a cluster Spark's
+# own defaults (200 shuffle partitions, coalesced by AQE; the UI) serve better.
+LOCAL_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "8",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
 
 
 def build_session(app_name: str = "ferry") -> SparkSession:
-    """Return the active session, or build one tuned for Ferry's many small partitions.
-
-    Under spark-submit the master and any Delta settings come from spark-submit.sh; run
-    directly (tests, notebooks) the master defaults to `local[*]` (or $FERRY_MASTER).
-    Spark's console noise stays at ERROR unless $FERRY_SPARK_LOG says otherwise.
-    """
+    """Return the active session, or build one: under spark-submit from its settings, run
+    directly with Ferry's. $FERRY_SPARK_LOG sets Spark's log level (default: WARN, in the
+    log file named by $FERRY_LOG_FILE)."""
     spark = SparkSession.getActiveSession()
     if spark is None:
-        # Local runs: Python workers must use this interpreter, where ferry is installed.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = SparkSession.builder.appName(app_name)
-        conf = SparkConf()
-        if not conf.contains("spark.master"):
-            builder = builder.master(os.environ.get("FERRY_MASTER", "local[*]"))
-        quiet = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
-        if not conf.contains("spark.driver.extraJavaOptions") and quiet.is_file():
-            # Run from a checkout (tests, notebooks, benches): keep Spark's start-up lines off
-            # the console as spark-submit.sh does. Under spark-submit this is already set.
-            builder = builder.config(
-                "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{quiet}"
-            )
-        spark = (
-            builder.config("spark.sql.shuffle.partitions", "8")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            .config("spark.sql.adaptive.enabled", "true")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel(os.environ.get("FERRY_SPARK_LOG", "ERROR"))
+        builder = _submitted(app_name) if _under_spark_submit() else _direct(app_name)
+        spark = builder.getOrCreate()
+        level = os.environ.get("FERRY_SPARK_LOG")
+        if level:
+            spark.sparkContext.setLogLevel(level)
     from ferry.kafka_source import register
 
     register(spark)
     return spark
+
+
+def _under_spark_submit() -> bool:
+    # spark-submit starts the Python driver from its JVM and names the gateway to it.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _submitted(app_name: str) -> SparkSession.Builder:
+    """Builder for a driver that spark-submit started: its settings live in spark-submit's
+    JVM, which a SparkConf sees only once the gateway is up."""
+    SparkContext._ensure_initialized()
+    conf = SparkConf()
+    builder = SparkSession.builder
+    if not conf.contains("spark.app.name"):
+        builder = builder.appName(app_name)
+    defaults = dict(DEFAULTS)
+    if conf.get("spark.master", "").startswith("local"):
+        defaults.update(LOCAL_DEFAULTS)
+    for key, value in defaults.items():
+        if not conf.contains(key):
+            builder = builder.config(key, value)
+    return builder
+
+
+def _direct(app_name: str) -> SparkSession.Builder:
+    """Builder for a run without spark-submit: Ferry picks the master and the JVM's logging."""
+    master = os.environ.get("FERRY_MASTER", "local[*]")
+    if master.startswith("local"):
+        # Python workers on this machine use this interpreter, where ferry is installed.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master(master)
+    if LOG4J_PROPERTIES.is_file():
+        log_file = os.environ.setdefault(
+            "FERRY_LOG_FILE", str(Path(tempfile.gettempdir()) / f"ferry-spark-{os.getpid()}.log")
+        )
+        java_options = (
+            f"-Dlog4j2.configurationFile=file:{LOG4J_PROPERTIES} -Dferry.log.file={log_file}"
+        )
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+        if master.startswith("local"):
+            builder = builder.config("spark.executor.extraJavaOptions", java_options)
+    defaults = {**DEFAULTS, **(LOCAL_DEFAULTS if master.startswith("local") else {})}
+    for key, value in defaults.items():
+        builder = builder.config(key, value)
+    return builder
 
 
 def has_delta_jars(spark: SparkSession) -> bool:
