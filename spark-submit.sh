@@ -108,7 +108,7 @@ mkdir -p "$ROOT/build"
 LIB_ZIP="$ROOT/build/ferry-lib.zip"
 if [ ! -f "$LIB_ZIP" ] || [ -n "$(find "$ROOT/lib/ferry" -name __pycache__ -prune -o \
     \( -name '*.py' -o -type d \) -newer "$LIB_ZIP" -print -quit)" ]; then
-  "$PY" "$ROOT/tools/pack.py" lib
+  "$PY" "$ROOT/lib/ferry/packaging.py" lib
 fi
 
 ENVS=()       # NAME=VALUE for spark-submit's environment
@@ -119,12 +119,14 @@ ARCHIVES="$USER_ARCHIVES"
 DEFAULTS+=(spark.sql.session.timeZone=UTC)
 [ "$LOCAL" = 1 ] && DEFAULTS+=(spark.ui.enabled=false)
 
-# Executors on other machines get Ferry's Python environment with the job (tools/pack.py).
+# Executors on other machines get Ferry's Python environment with the job
+# (lib/ferry/packaging.py).
 SHIP=0
 if [ "$LOCAL" = 0 ] && [ "$SHIP_ENV" = 1 ] && ! has_user_conf spark.pyspark.python; then SHIP=1; fi
 ENV_ARCHIVE="$ROOT/build/ferry-env.tar.gz"
 if [ "$SHIP" = 1 ]; then
-  if [ ! -f "$ENV_ARCHIVE" ] || [ ! -d "$ROOT/build/env" ] || [ "$ROOT/setup.py" -nt "$ENV_ARCHIVE" ]; then
+  if [ ! -f "$ENV_ARCHIVE" ] || [ ! -d "$ROOT/build/env" ] || [ ! -x "$ROOT/build/driver-python" ] ||
+     [ "$ROOT/setup.py" -nt "$ENV_ARCHIVE" ]; then
     if [ "$PRINT" = 1 ]; then
       echo "note: $ENV_ARCHIVE is missing or out of date; 'make package' builds it" >&2
     else
@@ -145,13 +147,14 @@ if [ "$SHIP" = 1 ]; then
   else
     # The driver JVM plans Python data sources in Python workers started with the executors'
     # ./environment/bin/python; it runs in build/client, where that path leads to build/env,
-    # and the Python driver returns to the caller's directory (tools/driver-python).
+    # and the Python driver returns to the caller's directory (build/driver-python, written
+    # with the environment by lib/ferry/packaging.py).
     RUN_DIR="$ROOT/build/client"
     if [ "$PRINT" = 0 ] && [ ! -L "$RUN_DIR/environment" ]; then
       mkdir -p "$RUN_DIR"
       ln -sfn ../env "$RUN_DIR/.environment.$$" && mv -T "$RUN_DIR/.environment.$$" "$RUN_DIR/environment"
     fi
-    DEFAULTS+=("spark.pyspark.driver.python=$ROOT/tools/driver-python")
+    DEFAULTS+=("spark.pyspark.driver.python=$ROOT/build/driver-python")
     ENVS+=("FERRY_CALLER_CWD=$PWD" "FERRY_DRIVER_PYTHON=$PY")
   fi
 elif [ "$LOCAL" = 1 ]; then

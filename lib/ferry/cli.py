@@ -92,13 +92,21 @@ def check_regex(option: str, pattern: str | None) -> None:
         raise UsageError(f"{option} {pattern!r} is not a valid regex: {exc}") from None
 
 
+_CAUSE = re.compile(r"^(?:Caused by: |: )?[\w.$]+(?:Exception|Error): (?P<msg>\S[^\n]*)$", re.M)
+
+
 def one_line(exc: BaseException) -> str:
-    """The message a user needs; digs our own errors out of Spark's wrapped exceptions."""
+    """The message a user needs; digs our own errors out of Spark's wrapped exceptions, and
+    the first named cause out of a bare Java one ("An error occurred while calling o83.count.")."""
     text = str(exc)
     match = _WRAPPED.search(text)
     if match:
         return match.group("msg").strip()
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if first.startswith("An error occurred while calling"):
+        cause = _CAUSE.search(text)
+        if cause:
+            return f"{first} {cause.group('msg').strip()}"[:500]
     return first[:500]
 
 

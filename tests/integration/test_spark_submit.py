@@ -89,7 +89,7 @@ def test_yarn_and_kubernetes_commands_ship_the_environment():
         assert client.confs["spark.pyspark.python"] == ENV_PY
         # the driver stays on this machine's virtualenv; its own Python workers (data source
         # planning) find ./environment in the directory the driver JVM runs in
-        assert client.confs["spark.pyspark.driver.python"] == f"{ROOT}/tools/driver-python"
+        assert client.confs["spark.pyspark.driver.python"] == f"{ROOT}/build/driver-python"
         assert client.env["FERRY_DRIVER_PYTHON"] == f"{ROOT}/.venv/bin/python"
         assert client.cwd == f"{ROOT}/build/client"
         assert client.argv[-3:] == [f"{ROOT}/jobs/migrate.py", "--config", "m.yaml"]

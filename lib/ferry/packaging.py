@@ -1,10 +1,13 @@
 """Build what spark-submit.sh ships to a cluster, each file atomically (unique temporary name,
 then rename), so any number of jobs can build and start from one checkout at once.
 
-    python tools/pack.py lib   build/ferry-lib.zip: lib/ferry for --py-files
-    python tools/pack.py env   build/env/ and build/ferry-env.tar.gz: a self-contained Python
-                               (interpreter, standard library, Ferry's runtime packages at the
-                               driver's versions) for --archives ...#environment
+    python lib/ferry/packaging.py lib   build/ferry-lib.zip: lib/ferry for --py-files
+    python lib/ferry/packaging.py env   build/env/ and build/ferry-env.tar.gz: a self-contained
+                                        Python (interpreter, standard library, Ferry's runtime
+                                        packages at the driver's versions) for --archives
+                                        ...#environment, and build/driver-python
+
+Run as a script by `make package` and spark-submit.sh (it imports nothing of Ferry's).
 
 The environment carries its own interpreter so a node needs only Java and Spark: a venv-pack
 archive keeps bin/python a link to the build machine's interpreter, which other nodes lack.
@@ -26,11 +29,20 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
 LIB_ZIP = BUILD / "ferry-lib.zip"
 ENV_DIR = BUILD / "env"
 ENV_ARCHIVE = BUILD / "ferry-env.tar.gz"
+DRIVER_PYTHON = BUILD / "driver-python"
+# The Python driver of a client-mode job that ships its environment (see spark-submit.sh): the
+# driver JVM runs in build/client, where ./environment/bin/python resolves for the Python
+# workers it starts itself (data source planning); the job's own relative paths, such as
+# --config conf/migrate.yaml, are the caller's.
+DRIVER_PYTHON_SCRIPT = """#!/bin/sh
+cd "$FERRY_CALLER_CWD" || exit 2
+exec "$FERRY_DRIVER_PYTHON" "$@"
+"""
 # Provided on the nodes by Spark itself (pyspark.zip, the delta-spark jars), and build tools.
 NOT_SHIPPED = {"pyspark", "delta-spark"}
 # Parts of the standard library no job imports; the test suite alone is 120 MB.
@@ -210,6 +222,10 @@ def _build_env() -> Path:
             ENV_DIR.rename(old)
         env.rename(ENV_DIR)
         os.replace(tmp, ENV_ARCHIVE)
+        wrapper = _temp_path(DRIVER_PYTHON)
+        wrapper.write_text(DRIVER_PYTHON_SCRIPT)
+        wrapper.chmod(0o755)
+        os.replace(wrapper, DRIVER_PYTHON)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ENV_ARCHIVE
@@ -222,7 +238,7 @@ def main(argv: list[str]) -> int:
         archive = build_env()
         print(f"built {archive.relative_to(ROOT)} ({archive.stat().st_size / 2**20:.0f} MiB)")
     else:
-        print("usage: tools/pack.py lib|env", file=sys.stderr)
+        print("usage: python lib/ferry/packaging.py lib|env", file=sys.stderr)
         return 2
     return 0
 

@@ -1,0 +1,139 @@
+"""Pure decision logic: forward-only writes, group statuses and exit codes, the restore block,
+durations and one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferry import commit
+from ferry.cli import UsageError, one_line, parse_span
+from ferry.migrate.decision import decide, exit_code
+from ferry.migrate.plan import Plan
+
+A0, A1 = ("a", 0), ("a", 1)
+
+
+@pytest.mark.parametrize(
+    ("targets", "current", "allow_rewind", "expected"),
+    [
+        ({A0: 10, A1: 20}, {}, False, commit.DECISION_FORWARD),  # a new group
+        ({A0: 10, A1: 20}, {A0: 5}, False, commit.DECISION_FORWARD),  # one partition unset
+        ({A0: 10, A1: 20}, {A0: 10, A1: 20}, False, commit.DECISION_ALREADY),
+        ({A0: 10, A1: 20}, {A0: 11, A1: 20}, False, commit.DECISION_ALREADY),  # moved on
+        ({A0: 10, A1: 20}, {A0: 11, A1: 19}, False, commit.DECISION_MIXED),
+        ({A0: 10, A1: 20}, {A0: 11}, False, commit.DECISION_MIXED),  # unset counts as behind
+        ({A0: 10, A1: 20}, {A0: 11, A1: 19}, True, commit.DECISION_FORWARD),
+        ({A0: 10, A1: 20}, {A0: 11, A1: 21}, True, commit.DECISION_FORWARD),  # rewinds
+        ({A0: 10, A1: 20}, {A0: 10, A1: 20}, True, commit.DECISION_ALREADY),  # nothing to do
+    ],
+)
+def test_forward_decision(targets, current, allow_rewind, expected):
+    decision, reason = commit.forward_decision(targets, current, allow_rewind)
+    assert decision == expected
+    assert (reason is not None) == (decision == commit.DECISION_MIXED)
+
+
+def test_mixed_reason_names_the_partitions():
+    _, reason = commit.forward_decision({A0: 10, A1: 20}, {A0: 11, A1: 19})
+    assert reason == (
+        "destination group is ahead of the plan on a[0] and behind on a[1]; "
+        "refused (--allow-rewind moves it back)"
+    )
+
+
+def _row(group: str, partition: int, status: str, offset: int | None, previous: int | None):
+    return {
+        "group": group,
+        "src_topic": "a",
+        "src_partition": partition,
+        "dst_topic": "a",
+        "dst_partition": partition,
+        "destination_offset": offset,
+        "previous_offset": previous,
+        "status": status,
+        "is_resolved": status in ("MATCHED", "MATCHED_NEXT", "EMPTY"),
+    }
+
+
+def test_decide_gives_each_group_one_status():
+    plan = Plan(
+        [
+            _row("ready", 0, "MATCHED", 10, None),
+            _row("moved", 0, "MATCHED", 10, 12),
+            _row("mixed", 0, "MATCHED", 10, 12),
+            _row("mixed", 1, "MATCHED", 10, 8),
+            _row("pending", 0, "PENDING", None, None),
+            _row("pending", 1, "MATCHED", 4, None),
+            _row("ambiguous", 0, "AMBIGUOUS", None, None),
+            _row("ambiguous", 1, "PENDING", None, None),
+        ],
+        {"active": "source group is STABLE", "idle": "no committed offsets: nothing to migrate"},
+    )
+    decisions = decide(plan, allow_rewind=False)
+    statuses = {g: d.status for g, d in decisions.items()}
+    assert statuses == {
+        "ready": "READY",
+        "moved": "ALREADY_MIGRATED",
+        "mixed": "REFUSED",
+        "pending": "PENDING",
+        "ambiguous": "UNRESOLVED",
+        "active": "REFUSED",
+        "idle": "NOTHING_TO_MIGRATE",
+    }
+    assert decisions["ready"].offsets == {A0: 10} and decisions["moved"].offsets == {}
+    assert decide(plan, allow_rewind=True)["mixed"].status == "READY"
+
+
+@pytest.mark.parametrize(
+    ("statuses", "code"),
+    [
+        ({"a": "COMMITTED", "b": "ALREADY_MIGRATED", "c": "NOTHING_TO_MIGRATE"}, 0),
+        ({"a": "READY"}, 0),
+        ({"a": "COMMITTED", "b": "PENDING"}, 75),
+        ({"a": "CLAIMED", "b": "PENDING"}, 75),
+        ({"a": "PENDING", "b": "REFUSED"}, 1),
+        ({"a": "UNKNOWN"}, 1),
+        ({"a": "FAILED", "b": "COMMITTED"}, 1),
+    ],
+)
+def test_exit_code(statuses, code):
+    assert exit_code(statuses) == code
+
+
+def test_restore_block_is_from_file_csv():
+    outcomes = [
+        commit.WriteOutcome("g1", "COMMITTED", True, None, {A1: 7, A0: 5}),
+        commit.WriteOutcome("g2", "COMMITTED", True, None, {}),
+    ]
+    assert commit.restore_block(outcomes).splitlines() == [
+        "group,topic,partition,offset",
+        "g1,a,0,5",
+        "g1,a,1,7",
+        "(no offsets before this run: g2: delete to undo)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("10m", 600), ("1h", 3600), ("500ms", 0.5), ("PT5M", 300), ("p1dt1s", 86401)],
+)
+def test_parse_span(text, seconds):
+    assert parse_span(text, "--wait") == seconds
+
+
+def test_parse_span_names_the_option():
+    with pytest.raises(UsageError, match=r"^--wait 'soon' is not a duration"):
+        parse_span("soon", "--wait")
+
+
+def test_one_line_digs_out_the_cause():
+    wrapped = RuntimeError(
+        "An error occurred while calling o83.count.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: boom\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(x.scala:1)"
+    )
+    assert one_line(wrapped) == (
+        "An error occurred while calling o83.count. Job aborted due to stage failure: boom"
+    )
+    ours = RuntimeError("Traceback...\nferry.kafka_source.KafkaReadError: timed out reading x[0]\n")
+    assert one_line(ours) == "timed out reading x[0]"
