@@ -6,7 +6,7 @@ STAMP := $(VENV)/.ferry-installed
 PYTHON ?= python3
 LIB_SOURCES := $(shell find lib/ferry -name '*.py' 2>/dev/null)
 
-.PHONY: install demo test test-cluster package bench lint clean
+.PHONY: install demo test test-cluster test-faults package bench lint clean
 
 install: $(STAMP)
 
@@ -37,12 +37,16 @@ demo: install
 	$(PY) -m ferry.demo
 
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider -m 'not cluster'
+	$(PY) -m pytest -q -p no:cacheprovider -m 'not cluster and not faults'
 
 # A Spark standalone master and worker started from the installed PySpark, running a job
 # with the packaged environment (see tests/integration/test_cluster.py).
 test-cluster: package
 	$(PY) -m pytest -q -p no:cacheprovider -m cluster
+
+# Broker faults through a TCP proxy, and several spark-submit runs started at once (~4 min).
+test-faults: install
+	$(PY) -m pytest -q -p no:cacheprovider -m faults
 
 bench: install
 	$(PY) bench/read_throughput.py

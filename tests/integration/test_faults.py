@@ -21,7 +21,7 @@ from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_FETCH, API_OFFS
 from .jobrunner import ROOT, group_statuses, ledger_rows, run_job
 from .test_migrate import committed, replicate, unique_records
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 JAVA_FRAME = re.compile(r"^\s+at [\w$.]+\(.*\)\s*$", re.M)
 

@@ -153,6 +153,7 @@ def test_a_group_claimed_by_another_run_is_left_to_it(clusters, tmp_path, unique
         assert committed(dst, group) == offsets
 
 
+@pytest.mark.faults
 def test_two_runs_on_the_same_groups_at_once(clusters, tmp_path, unique):
     """Both plan, both see the groups Empty: each group is written by exactly one of them,
     and the ledger says which."""
@@ -194,6 +195,7 @@ def test_two_runs_on_the_same_groups_at_once(clusters, tmp_path, unique):
     print("overlapping runs:", codes, statuses)
 
 
+@pytest.mark.faults
 def test_runs_started_together_after_a_deploy(clusters, tmp_path, unique):
     """Two `migrate` runs on one ledger and a `lag-snapshot`, started in the same second
     through spark-submit.sh right after the library changed on disk."""
