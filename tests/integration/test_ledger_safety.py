@@ -60,6 +60,32 @@ def test_unwritable_ledger_commits_nothing(clusters, tmp_path, unique):
         assert committed(dst, group) == {}, f"{group} committed without its audit row"
 
 
+def test_groups_verbs_write_nothing_without_their_audit_row(cluster, tmp_path, unique):
+    topic, group = f"{unique}-t", f"{unique}-g"
+    create_topics(cluster.config, {topic: 1})
+    produce(cluster.config, topic, 0, unique_records("gv", 20))
+    commit_offsets(cluster.config, group, {(topic, 0): 12})
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    config = tmp_path / "groups.yaml"
+    config.write_text(
+        f"cluster:\n  bootstrap.servers: {cluster.bootstrap}\n"
+        f"ledger:\n  path: {blocker}/ledger\n"
+    )
+    for verb in (
+        ("reset", "--group", group, "--all-topics", "--to-earliest"),
+        ("copy", "--from", group, "--to", f"{group}-copy"),
+        ("delete", "--group", group),
+    ):
+        result = run_job("groups", *verb, "--config", config, "--execute", "--quiet")
+        assert result.code == 1, verb
+        assert result.stderr.strip().splitlines()[-1].startswith(
+            f"error: cannot append to ledger {blocker}/ledger: "
+        ), result.stderr
+    assert committed(cluster, group) == {(topic, 0): 12}
+    assert committed(cluster, f"{group}-copy") == {}
+
+
 def test_lost_outcome_stops_the_run_and_keeps_a_way_back(clusters, tmp_path, unique, monkeypatch):
     src, dst = clusters
     topic, expected = _world(src, dst, unique)
