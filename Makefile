@@ -29,6 +29,7 @@ test: install
 bench: install
 	$(PY) bench/read_throughput.py
 	$(PY) bench/migrate_bench.py
+	$(PY) bench/lag_bench.py
 
 lint: install
 	$(VENV)/bin/ruff check .
