@@ -51,6 +51,7 @@ test-faults: install
 bench: install
 	$(PY) bench/read_throughput.py
 	$(PY) bench/migrate_bench.py
+	$(PY) bench/lag_bench.py
 
 lint: install
 	$(VENV)/bin/ruff check .

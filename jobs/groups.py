@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from ferry import commit, groups, kafka_admin, reset, rollback
+from ferry import commit, groups, kafka_admin, positions, reset, rollback
 from ferry.cli import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -182,8 +182,11 @@ def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
         raise groups.NoGroupsError(
             f"no committed or assigned partitions for the selected groups on {cluster.name}"
         )
-    spark = build_session("ferry-groups-describe")
-    positions_df, bounds_df, next_df = groups.read_positions(spark, cluster, rows, cfg.reader)
+    # The session starts while Kafka is read on the driver; neither waits for the other.
+    session = positions.start_session("ferry-groups-describe")
+    positions_df, bounds_df, next_df = groups.read_positions(
+        session, cluster, rows, cfg.reader, progress
+    )
     describe_df = groups.with_lag(positions_df, bounds_df, next_df, int(time.time() * 1000))
     ordered = describe_df.orderBy("group", "topic", "partition")
     detail = [r.asDict() for r in ordered.collect()]

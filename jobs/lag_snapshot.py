@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from ferry import groups, kafka_admin, lag_history
+from ferry import groups, kafka_admin, lag_history, positions
 from ferry.cli import (
     EXIT_OK,
     ArgumentParser,
@@ -25,7 +25,6 @@ from ferry.cli import (
 )
 from ferry.config import load_config, require
 from ferry.kafka_admin import Cluster
-from ferry.session import build_session
 
 
 def parse_args(argv: list[str]):  # noqa: ANN201
@@ -57,11 +56,18 @@ def main(argv: list[str]) -> int:
         raise groups.NoGroupsError(
             f"no committed or assigned partitions for the selected groups on {cluster.name}"
         )
-    progress(f"snapshot of {len(names)} groups, {len(rows)} partitions")
-    spark = build_session("ferry-lag-snapshot")
+    progress(
+        f"snapshot of {len(names)} groups: {len(rows)} group partitions over "
+        f"{len({(r['topic'], r['partition']) for r in rows})} partitions"
+    )
+    # The session starts while Kafka is read on the driver; neither waits for the other.
+    session = positions.start_session("ferry-lag-snapshot")
     # Watermarks are asked after the committed offsets, so lag is never negative (at worst it
     # counts records produced in between); the snapshot is stamped once the reads are done.
-    positions_df, bounds_df, next_df = groups.read_positions(spark, cluster, rows, cfg.reader)
+    positions_df, bounds_df, next_df = groups.read_positions(
+        session, cluster, rows, cfg.reader, progress
+    )
+    spark = session()
     snapshot_ms = int(time.time() * 1000)
     describe_df = groups.with_lag(positions_df, bounds_df, next_df, snapshot_ms)
     history_df = lag_history.with_snapshot_columns(

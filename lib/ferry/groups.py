@@ -14,7 +14,7 @@ group is caught up, null when nothing is committed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -27,10 +27,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ferry import commit, kafka_admin
+from ferry import commit, kafka_admin, positions
 from ferry.config import ReaderConfig
 from ferry.kafka_admin import Cluster, GroupInfo, TopicPartitionKey
-from ferry.kafka_source import OffsetRange, read_ranges
 from ferry.reset import ResetError, Target, resolve_targets, scoped_partitions
 
 POSITIONS_SCHEMA = StructType(
@@ -139,20 +138,23 @@ def position_rows(state: GroupState, topic_pattern: str | None = None) -> list[d
 
 
 def read_positions(
-    spark: SparkSession,
+    spark: SparkSession | Callable[[], SparkSession],
     cluster: Cluster,
     rows: Sequence[Mapping],
     reader: ReaderConfig,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(positions_df, bounds_df, next_records_df) for the rows of `position_rows`.
 
     Each partition's watermarks are asked once, and each distinct position's next record is
-    read once through the data source however many groups sit there; positions whose record
-    is missing (compaction, transaction markers) are resolved by reading forward.
+    found once however many groups sit there, reading the positions of a partition together
+    (`ferry.positions`: one span per cluster of nearby positions, not one seek per position).
+    `spark` may be a callable giving the session (`positions.start_session`): it is asked for
+    only once Kafka has been read, so a session starting in the background overlaps the reads.
     """
     keys = sorted({(r["topic"], r["partition"]) for r in rows})
     bounds = kafka_admin.watermarks(cluster, keys)
-    positions: set[tuple[str, int, int]] = set()
+    wanted: set[tuple[str, int, int]] = set()
     for r in rows:
         committed = r["committed_offset"]
         if committed is None:
@@ -160,58 +162,22 @@ def read_positions(
         start, end = bounds[(r["topic"], r["partition"])]
         position = max(committed, start)
         if position < end:
-            positions.add((r["topic"], r["partition"], position))
-    found: dict[tuple[str, int, int], tuple[int, int] | None] = {}
-    if positions:
-        ranges = [OffsetRange(t, p, o, o + 1) for t, p, o in sorted(positions)]
-        records_df = read_ranges(
-            spark,
-            cluster.conf,
-            ranges,
-            cluster=cluster.name,
-            columns=("topic", "partition", "offset", "timestamp"),
-            max_records_per_partition=reader.max_records_per_task,
-            timeout_ms=reader.timeout_ms,
-            isolation_level=reader.isolation_level,
-        )
-        for rec in records_df.select(
-            "topic", "partition", "offset", F.unix_millis("timestamp").alias("ts")
-        ).collect():
-            found[(rec.topic, rec.partition, rec.offset)] = (rec.offset, rec.ts)
-        found.update(_read_forward(cluster, positions - set(found)))
-    spark_rows = [
-        (t, p, o, *(found.get((t, p, o)) or (None, None))) for t, p, o in sorted(positions)
+            wanted.add((r["topic"], r["partition"], position))
+    found = positions.next_records(spark, cluster, wanted, bounds, reader, progress=progress)
+    next_rows = [
+        (t, p, o, *(found.get((t, p, o)) or (None, None))) for t, p, o in sorted(wanted)
     ]
-    positions_df = spark.createDataFrame(
-        [tuple(r[c] for c in POSITIONS_SCHEMA.fieldNames()) for r in rows], POSITIONS_SCHEMA
+    session = spark() if callable(spark) else spark
+    positions_df = positions.local_df(
+        session,
+        [tuple(r[c] for c in POSITIONS_SCHEMA.fieldNames()) for r in rows],
+        POSITIONS_SCHEMA,
     )
-    bounds_df = spark.createDataFrame(
-        [(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items())], BOUNDS_SCHEMA
+    bounds_df = positions.local_df(
+        session, [(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items())], BOUNDS_SCHEMA
     )
-    next_df = spark.createDataFrame(spark_rows, NEXT_RECORDS_SCHEMA)
+    next_df = positions.local_df(session, next_rows, NEXT_RECORDS_SCHEMA)
     return positions_df, bounds_df, next_df
-
-
-def _read_forward(
-    cluster: Cluster, positions: Iterable[tuple[str, int, int]]
-) -> dict[tuple[str, int, int], tuple[int, int] | None]:
-    """First record at or after each position, in rounds of one position per partition."""
-    by_partition: dict[TopicPartitionKey, list[int]] = {}
-    for t, p, o in sorted(positions):
-        by_partition.setdefault((t, p), []).append(o)
-    out: dict[tuple[str, int, int], tuple[int, int] | None] = {}
-    consumer = cluster.consumer() if by_partition else None
-    try:
-        while by_partition:
-            round_ = {tp: offsets.pop(0) for tp, offsets in by_partition.items()}
-            seen = kafka_admin.first_records_at(cluster, round_, consumer)
-            for tp, o in round_.items():
-                out[(tp[0], tp[1], o)] = seen.get(tp)
-            by_partition = {tp: offs for tp, offs in by_partition.items() if offs}
-    finally:
-        if consumer is not None:
-            consumer.close()
-    return out
 
 
 # -------------------------------------------------------------------------------- transform

@@ -4,7 +4,8 @@
 `lag-snapshot` appends one `HISTORY_SCHEMA` row per group × topic × partition per run: the
 committed offset, log end offset, lag and time lag from `ferry.groups`, plus the group's state.
 `lag-status` keeps each partition's last N snapshots (a window function), turns them into a
-Burrow window and evaluates every group in one grouped pass (`applyInArrow`) that calls
+Burrow window and evaluates every group in one grouped pass (`applyInArrow`, after the one
+shuffle of the whole evaluation) that calls
 `ferry.lag.partition_status` / `group_status` — the rules live only there. Its result, one
 `STATUS_SCHEMA` row per group × partition carrying the group's status too, is what gets printed
 and optionally appended to `history.status_path`.
@@ -316,8 +317,14 @@ def evaluate_history(
     evaluated_ms: int,
     now_ms: int | None = None,
 ) -> DataFrame:
-    """History rows (already filtered) → status rows: entry times, window, grouped rules."""
-    window_df = filter_window(with_entry_time(history_df), window)
+    """History rows (already filtered) → status rows: entry times, window, grouped rules.
+
+    One shuffle: rows are hashed by group once, which already places each partition's rows
+    together for the windows (keyed by group × topic × partition) and each group's rows
+    together for the grouped evaluation; otherwise each would shuffle the history again.
+    """
+    by_group_df = history_df.repartition("cluster", "group")
+    window_df = filter_window(with_entry_time(by_group_df), window)
     return evaluate(window_df, window, allowed_lag, evaluated_ms, now_ms)
 
 
@@ -406,6 +413,31 @@ def _entry(row: Mapping[str, Any]) -> dict | None:
 
 
 # ----------------------------------------------------------------------------------- output
+
+
+def status_rows(status_table: Any) -> list[dict]:
+    """A collected `pyarrow.Table` of status rows as dicts ordered by cluster, group, topic and
+    partition, times as naive local datetimes exactly as `DataFrame.collect()` gives them —
+    without pickling a Row per partition, and column by column (pyarrow makes time-zone-aware
+    datetimes one at a time, several times slower)."""
+    import pyarrow as pa
+
+    names = status_table.column_names
+    columns = []
+    for name in names:
+        column = status_table.column(name)
+        if pa.types.is_timestamp(column.type):
+            micros = column.cast(pa.int64()).to_pylist()
+            columns.append([None if us is None else _local_datetime(us) for us in micros])
+        else:
+            columns.append(column.to_pylist())
+    rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+    return sorted(rows, key=lambda r: (r["cluster"], r["group"], r["topic"], r["partition"]))
+
+
+def _local_datetime(micros: int) -> datetime:
+    # What pyspark's TimestampType.fromInternal does for collect().
+    return datetime.fromtimestamp(micros // 1_000_000).replace(microsecond=micros % 1_000_000)
 
 
 def burrow_responses(

@@ -750,6 +750,33 @@ def test_evaluate_history_statuses_and_schema(spark) -> None:
     }
 
 
+def test_evaluate_history_shuffles_the_history_once(spark) -> None:
+    from ferry.lag_history import evaluate_history
+
+    rows = [snap(i, 3, 10 + i, group=g) for i in range(3) for g in ("a", "b")]
+    status_df = evaluate_history(history(spark, rows), 4, 0, T0)
+    plan = status_df._jdf.queryExecution().executedPlan().toString()
+    # The windows and the grouped evaluation all reuse the one hash by group.
+    assert plan.count("Exchange hashpartitioning") == 1, plan
+    assert "Exchange hashpartitioning(cluster#" in plan and "group#" in plan, plan
+
+
+def test_status_rows_are_what_collect_gives_in_order(spark) -> None:
+    from ferry.lag_history import evaluate_history, status_rows
+
+    rows = [
+        snap(i, o, 10 + i, group=g, partition=p)
+        for i in range(3)
+        for g, p, o in (("b", 0, 3), ("a", 1, 4), ("a", 0, 4 + i))
+    ]
+    status_df = evaluate_history(history(spark, rows), 4, 0, T0 + 7)
+    collected = [
+        r.asDict() for r in status_df.orderBy("cluster", "group", "topic", "partition").collect()
+    ]
+    assert [(r["group"], r["partition"]) for r in collected] == [("a", 0), ("a", 1), ("b", 0)]
+    assert status_rows(status_df.toArrow()) == collected
+
+
 # --- Burrow's JSON ------------------------------------------------------------------------
 
 

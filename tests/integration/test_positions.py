@@ -1,0 +1,211 @@
+"""Next records and time lag at committed positions on a real local broker, where offsets are
+missing: transaction markers (commit and abort), aborted records under read_committed, a
+partition ending in a marker, positions at the log end.
+
+The local broker does not compact, so transaction markers stand in for compaction gaps: to a
+reader both are offsets without a record, which is all the span reads see. What a reader sees
+is taken from a plain consumer reading the whole partition at each isolation level (the local
+broker returns aborted records to read_committed readers too; Apache Kafka does not).
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from ferry import kafka_admin, lag_history, positions
+from ferry.config import ReaderConfig
+from ferry.kafka_admin import Cluster
+from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+
+from .jobrunner import run_job
+
+pytestmark = pytest.mark.integration
+
+BASE = int(time.time() * 1000) - 3_600_000
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+
+def transaction(config: dict, topic: str, partition: int, stamps: list[int], commit: bool):
+    """One transaction of one-record batches; returns the offsets its records got."""
+    producer = Producer(
+        {
+            **config,
+            "transactional.id": f"{topic}-{partition}-tx",
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+            "max.in.flight.requests.per.connection": 1,
+        }
+    )
+    offsets: list[int] = []
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for ts in stamps:
+        producer.produce(
+            topic,
+            value=b"tx",
+            partition=partition,
+            timestamp=ts,
+            on_delivery=lambda err, msg: offsets.append(msg.offset()) if err is None else None,
+        )
+        producer.flush(30)
+    (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    return offsets
+
+
+@pytest.fixture(scope="module")
+def world(cluster):
+    """Partition 0: plain, committed transaction, aborted transaction, plain, committed
+    transaction last (the log ends in its commit marker). Partition 1: plain records only.
+    Record at offset o is stamped BASE + o seconds."""
+    topic = f"pos{int(time.time() * 1000) % 10**8}"
+    create_topics(cluster.config, {topic: 2})
+    committed: list[int] = []  # offsets a read_committed reader sees
+    aborted: list[int] = []
+
+    def plain(partition: int, count: int) -> list[int]:
+        start = produced_end(cluster, topic, partition)
+        stamps = [BASE + (start + i) * 1000 for i in range(count)]
+        return produce(
+            cluster.config, topic, partition, [Record(None, b"p", ts) for ts in stamps]
+        )
+
+    def tx(count: int, commit: bool) -> list[int]:
+        start = produced_end(cluster, topic, 0)
+        stamps = [BASE + (start + i) * 1000 for i in range(count)]
+        return transaction(cluster.config, topic, 0, stamps, commit)
+
+    committed += plain(0, 4)
+    committed += tx(3, commit=True)
+    aborted += tx(2, commit=False)
+    committed += plain(0, 2)
+    committed += tx(2, commit=True)
+    end = produced_end(cluster, topic, 0)
+    # Markers take offsets: everything below the end that is no record is a marker.
+    markers = sorted(set(range(end)) - set(committed) - set(aborted))
+    assert len(markers) == 3 and markers[-1] == end - 1, (committed, aborted, markers)
+    visible = {level: read_all(cluster, topic, level) for level in ISOLATION_LEVELS}
+    assert set(visible["read_committed"]) >= set(committed), visible
+    assert visible["read_uncommitted"] == sorted(committed + aborted), visible
+    spread = plain(1, 30)
+    return {
+        "topic": topic,
+        "end": end,
+        "visible": visible,
+        "markers": markers,
+        "aborted": aborted,
+        "spread": spread,
+    }
+
+
+def read_all(cluster, topic: str, isolation: str) -> list[int]:
+    """Offsets a plain consumer at this isolation level reads from partition 0."""
+    consumer = Consumer(
+        {
+            **cluster.config,
+            "group.id": f"{topic}-probe",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen = []
+    try:
+        while True:
+            msg = consumer.poll(10)
+            assert msg is not None, "timed out reading the transactional partition"
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                return seen
+            seen.append(msg.offset())
+    finally:
+        consumer.close()
+
+
+def produced_end(cluster, topic: str, partition: int) -> int:
+    bounds = kafka_admin.watermarks(Cluster("c", cluster.config), [(topic, partition)])
+    return bounds[(topic, partition)][1]
+
+
+def expected_next(visible: list[int], position: int) -> tuple[int, int] | None:
+    after = [o for o in visible if o >= position]
+    return (after[0], BASE + after[0] * 1000) if after else None
+
+
+@pytest.mark.parametrize("isolation", ISOLATION_LEVELS)
+@pytest.mark.parametrize(
+    "max_gap, driver_limit",
+    [(1_000, positions.DEFAULT_DRIVER_LIMIT), (0, positions.DEFAULT_DRIVER_LIMIT), (2, 0)],
+    ids=["one-span-driver", "span-per-position-driver", "small-spans-spark"],
+)
+def test_every_position_finds_the_first_visible_record_at_or_after_it(
+    spark, cluster, world, isolation, max_gap, driver_limit
+):
+    topic, end = world["topic"], world["end"]
+    c = Cluster("c", cluster.config)
+    bounds = kafka_admin.watermarks(c, [(topic, 0), (topic, 1)])
+    wanted = {(topic, 0, o) for o in range(end)} | {(topic, 1, o) for o in (0, 1, 14, 28, 29)}
+    reader = ReaderConfig(timeout_ms=10_000, isolation_level=isolation)
+    found = positions.next_records(
+        spark, c, wanted, bounds, reader, max_gap=max_gap, driver_limit=driver_limit
+    )
+    visible = {0: world["visible"][isolation], 1: world["spread"]}
+    expected = {(t, p, o): expected_next(visible[p], o) for t, p, o in wanted}
+    assert found == expected
+    # The same as reading each position on its own.
+    assert found == positions.read_forward(c, wanted, isolation)
+
+
+def test_snapshot_time_lag_at_markers_aborted_records_and_log_end(spark, cluster, world, tmp_path):
+    topic, end = world["topic"], world["end"]
+    commit_marker, abort_marker, last_marker = world["markers"]
+    at = {  # group -> committed offset on partition 0
+        "first": 0,
+        "commit-marker": commit_marker,  # next record is the first after the marker
+        "aborted": world["aborted"][0],  # on Apache Kafka: skipped up to after the abort
+        "abort-marker": abort_marker,
+        "last-marker": last_marker,  # nothing visible after it: caught up, time lag 0
+        "log-end": end,
+    }
+    prefix = f"{topic}-g"
+    for name, offset in at.items():
+        commit_offsets(cluster.config, f"{prefix}-{name}", {(topic, 0): offset, (topic, 1): 7})
+    config = tmp_path / "lag.yaml"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            cluster:
+              bootstrap.servers: {cluster.bootstrap}
+            reader:
+              timeout_ms: 10000
+            history:
+              path: {tmp_path / "history"}
+            """
+        )
+    )
+    result = run_job("lag-snapshot", "--config", config, "--group", f"{prefix}-.*")
+    assert result.code == 0, result.stderr
+    assert "snapshot of 6 groups: 12 group partitions over 2 partitions" in result.stderr
+    assert "reading the next record of 6 positions: 2 spans over 2 partitions" in result.stderr
+    history_df = lag_history.read_history(spark, str(tmp_path / "history"))
+    rows = [r.asDict() for r in history_df.collect()]
+    assert len(rows) == 12
+    visible = world["visible"]["read_committed"]
+    for row in rows:
+        name = row["group"][len(prefix) + 1 :]
+        snapshot_ms = round(row["snapshot_time"].timestamp() * 1000)
+        if row["partition"] == 1:
+            assert row["time_lag_ms"] == snapshot_ms - (BASE + 7 * 1000), name
+            continue
+        record = expected_next(visible, at[name])
+        want = 0 if record is None else snapshot_ms - record[1]
+        assert (row["committed_offset"], row["lag"]) == (at[name], end - at[name]), name
+        assert row["time_lag_ms"] == want, name
+    assert {r["group"][len(prefix) + 1 :] for r in rows if r["time_lag_ms"] == 0} == {
+        "last-marker",
+        "log-end",
+    }
