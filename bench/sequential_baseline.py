@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ferry import kafka_admin
+from ferry import kafka_admin, kafka_probes
 from ferry.hashing import record_hasher
 from ferry.kafka_admin import Cluster
 from ferry.migrate.ranges import merge_intervals
@@ -79,10 +79,10 @@ def sequential_migrate(src: Cluster, dst: Cluster, groups: dict, context: int, w
                 src_before = [r[2] for r in reversed(before[:-1])][:k]
                 src_after = [r[2] for r in after][:k]
                 bounds = kafka_admin.watermarks(dst, [(topic, partition)])
-                lo = kafka_admin.offsets_for_timestamps(
+                lo = kafka_probes.offsets_for_timestamps(
                     dst, {(topic, partition): anchor[1] - window_ms}, bounds
                 )
-                hi = kafka_admin.offsets_for_timestamps(
+                hi = kafka_probes.offsets_for_timestamps(
                     dst, {(topic, partition): anchor[1] + window_ms + 1}, bounds
                 )
                 dls, dle = bounds[(topic, partition)]

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from ferry import commit, groups, kafka_admin, positions, reset, rollback
+from ferry import commit, groups, kafka_admin, kafka_probes, positions, reset, rollback
 from ferry.cli import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -341,7 +341,7 @@ def reset_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     at_time = None
     if spec in ("to_datetime", "by_duration"):
         targets = dict.fromkeys(keys, value)
-        at_time = kafka_admin.offsets_for_timestamps(cluster, targets, bounds)
+        at_time = kafka_probes.offsets_for_timestamps(cluster, targets, bounds)
     changes = groups.plan_reset(partitions, state, spec, value, file_offsets, bounds, at_time)
     run_ledger = _execute(args, cfg, cluster, changes, "reset", progress)
     return _finish(args, cfg, cluster, changes, "reset", run_ledger)

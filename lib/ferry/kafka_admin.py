@@ -280,12 +280,12 @@ def watermarks(
     keys = sorted(set(partitions))
     if not keys:
         return {}
-    earliest = _list_offsets(cluster, "earliest", {k: OffsetSpec.earliest() for k in keys})
-    latest = _list_offsets(cluster, "latest", {k: OffsetSpec.latest() for k in keys})
+    earliest = list_offsets(cluster, "earliest", {k: OffsetSpec.earliest() for k in keys})
+    latest = list_offsets(cluster, "latest", {k: OffsetSpec.latest() for k in keys})
     return {k: (earliest[k], latest[k]) for k in keys}
 
 
-def _list_offsets(
+def list_offsets(
     cluster: Cluster, label: str, specs: Mapping[TopicPartitionKey, object]
 ) -> dict[TopicPartitionKey, int]:
     from confluent_kafka import TopicPartition
@@ -301,113 +301,6 @@ def _list_offsets(
         cluster, lambda k: f"list {label} offsets of {k[0]}[{k[1]}]", list(specs), submit
     )
     return {k: a.offset for k, a in answers.items()}  # type: ignore[attr-defined]
-
-
-def first_records_at(
-    cluster: Cluster,
-    positions: Mapping[TopicPartitionKey, int],
-    consumer=None,  # noqa: ANN001
-) -> dict[TopicPartitionKey, tuple[int, int] | None]:
-    """For each partition, (offset, timestamp ms) of the first record at or after the given
-    offset, or None when the partition has nothing there. One consumer, all partitions at once.
-    """
-    from confluent_kafka import KafkaError, TopicPartition
-
-    if not positions:
-        return {}
-    own = consumer is None
-    consumer = consumer or cluster.consumer()
-    found: dict[TopicPartitionKey, tuple[int, int] | None] = {}
-    try:
-        consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
-        deadline = time.monotonic() + cluster.timeout_s
-        while len(found) < len(positions):
-            if time.monotonic() > deadline:
-                missing = ", ".join(f"{t}[{p}]" for t, p in sorted(set(positions) - set(found))[:3])
-                raise ClusterError(f"{cluster.name}: timed out reading {missing}")
-            # consume() waits for num_messages or the timeout: ask for what is still missing.
-            for msg in consumer.consume(num_messages=len(positions) - len(found), timeout=0.05):
-                key = (msg.topic(), msg.partition())
-                if key in found or key not in positions:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        found[key] = None
-                        consumer.pause([TopicPartition(*key)])
-                        continue
-                    if is_transient_error(err):
-                        continue  # librdkafka reconnects by itself; the deadline bounds it
-                    raise ClusterError(f"{cluster.name}: reading {key[0]}[{key[1]}]: {err}")
-                if msg.offset() < positions[key]:
-                    continue
-                found[key] = (msg.offset(), msg.timestamp()[1])
-                consumer.pause([TopicPartition(*key)])
-    finally:
-        if own:
-            consumer.close()
-        else:
-            # Paused flags outlive an assignment in librdkafka; clear them for the next round.
-            consumer.resume([TopicPartition(t, p) for t, p in positions])
-            consumer.unassign()
-    return found
-
-
-def offsets_for_timestamps(
-    cluster: Cluster,
-    targets: Mapping[TopicPartitionKey, int],
-    bounds: Mapping[TopicPartitionKey, tuple[int, int]] | None = None,
-) -> dict[TopicPartitionKey, int | None]:
-    """Offset of the first record whose timestamp is >= the target, or None when no record is
-    that new (callers use log end then, like kafka-consumer-groups).
-
-    The broker's ListOffsets answer is only trusted as a lower bound (some brokers answer the
-    log start); the answer is then narrowed by a binary search over single-record reads, all
-    partitions in lockstep, and confirmed by reading the records it lands on. Assumes
-    timestamps that mostly grow with offsets (LogAppendTime, or CreateTime from in-order
-    producers); with badly shuffled CreateTime, widen the matching windows.
-    """
-    from confluent_kafka.admin import OffsetSpec
-
-    if not targets:
-        return {}
-    bounds = dict(bounds or watermarks(cluster, targets))
-    answers = _list_offsets(
-        cluster, "timestamp", {k: OffsetSpec.for_timestamp(ts) for k, ts in targets.items()}
-    )
-    lo: dict[TopicPartitionKey, int] = {}
-    hi: dict[TopicPartitionKey, int] = {}
-    for key, answer in answers.items():
-        start, end = bounds[key]
-        # The broker's answer bounds the search from below; -1 means "no such record".
-        lo[key] = max(start, answer) if answer is not None and answer >= 0 else start
-        hi[key] = end
-    consumer = cluster.consumer()
-    try:
-        # Invariant: records before lo[key] are older than the target; the first record at or
-        # after hi[key] is at least as new as the target, or there is none.
-        while True:
-            probes = {k: (lo[k] + hi[k]) // 2 for k in targets if lo[k] < hi[k]}
-            if not probes:
-                break
-            seen = first_records_at(cluster, probes, consumer)
-            for key, mid in probes.items():
-                record = seen.get(key)
-                if record is None or record[1] >= targets[key]:
-                    hi[key] = mid  # the first record at or after mid is new enough (or absent)
-                else:
-                    lo[key] = record[0] + 1
-        # lo == hi now: confirm by reading the record there (it may be a gap, so read forward).
-        confirm = first_records_at(
-            cluster, {k: lo[k] for k in targets if lo[k] < bounds[k][1]}, consumer
-        )
-    finally:
-        consumer.close()
-    result: dict[TopicPartitionKey, int | None] = {}
-    for key in targets:
-        record = confirm.get(key)
-        result[key] = record[0] if record is not None and record[1] >= targets[key] else None
-    return result
 
 
 def list_groups(cluster: Cluster) -> list[str]:

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry import kafka_admin
+from ferry import kafka_probes
 from ferry.config import FerryConfig
 from ferry.kafka_admin import Cluster, TopicPartitionKey
 from ferry.kafka_source import OffsetRange, read_ranges
@@ -181,10 +181,10 @@ def window_offsets(
     depth = max((len(w) for w in windows.values()), default=0)
     for i in range(depth):
         layer = {tp: ws[i] for tp, ws in windows.items() if i < len(ws)}
-        starts = kafka_admin.offsets_for_timestamps(
+        starts = kafka_probes.offsets_for_timestamps(
             dst, {tp: lo for tp, (lo, _) in layer.items()}, bounds
         )
-        ends = kafka_admin.offsets_for_timestamps(
+        ends = kafka_probes.offsets_for_timestamps(
             dst, {tp: hi for tp, (_, hi) in layer.items()}, bounds
         )
         for tp in layer:
@@ -200,8 +200,8 @@ def destination_last_timestamps(
 ) -> dict[TopicPartitionKey, int | None]:
     """Timestamp of (about) the newest record of each destination partition; None if empty."""
     probes = {tp: max(s, e - 1) for tp, (s, e) in bounds.items() if e > s}
-    seen = kafka_admin.first_records_at(dst, probes)
+    seen = kafka_probes.first_records_at(dst, probes)
     missing = {tp: max(bounds[tp][0], bounds[tp][1] - 64) for tp, r in seen.items() if r is None}
-    seen.update(kafka_admin.first_records_at(dst, missing))
+    seen.update(kafka_probes.first_records_at(dst, missing))
     return {tp: (seen[tp][1] if seen.get(tp) else None) for tp in bounds}
 
