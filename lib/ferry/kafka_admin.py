@@ -147,6 +147,7 @@ def _transient_codes() -> frozenset[int]:
             E._ALL_BROKERS_DOWN,
             E._WAIT_COORD,
             E._RESOLVE,
+            E._DESTROY_BROKER,  # librdkafka retired the broker connection under the request
             E.NETWORK_EXCEPTION,
             E.REQUEST_TIMED_OUT,
             E.NOT_COORDINATOR,
@@ -175,7 +176,12 @@ def _needs_fresh_client(exc: BaseException) -> bool:
     if isinstance(exc, concurrent.futures.TimeoutError):
         return True
     err = _kafka_error(exc)
-    return err is not None and err.code() in (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN)
+    return err is not None and err.code() in (
+        E._TRANSPORT,
+        E._TIMED_OUT,
+        E._ALL_BROKERS_DOWN,
+        E._DESTROY_BROKER,
+    )
 
 
 K = TypeVar("K")

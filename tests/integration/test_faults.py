@@ -104,7 +104,7 @@ def test_connections_dropped_mid_run_still_migrate_exactly(proxied, tmp_path, un
     started = time.monotonic()
     result = run_job("migrate", "--config", config, "--execute", "--quiet", "-o", "json")
     took = time.monotonic() - started
-    assert [f.is_set() for f in fired] == [True] * 4, "a fault was not staged"
+    assert [f.is_set() for f in fired] == [True] * 4, ("a fault was not staged", result.stderr)
     assert result.code == 0, result.stderr
     for group, offsets in expected.items():
         assert committed(dst, group) == offsets, group
