@@ -101,7 +101,10 @@ def main(argv: list[str]) -> int:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        progress(f"{len(pending)} groups PENDING; planning them again in {min(left, 10):.0f}s")
+        progress(
+            f"{len(pending)} groups PENDING; planning them again in "
+            f"{min(left, WAIT_INTERVAL_S):.0f}s"
+        )
         time.sleep(min(left, WAIT_INTERVAL_S))
         again = migrate.discover(src, dst, cfg, args.allow_active_source, only=pending)
         plan = plan.merged(migrate.build_plan(spark, src, dst, again, cfg, progress))
