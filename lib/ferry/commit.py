@@ -118,7 +118,9 @@ def execute_writes(
 ) -> dict[str, WriteOutcome]:
     """Write each group as the module docstring says; returns group → outcome."""
     intent_rows = [{**r, "phase": PHASE_INTENT} for w in writes for r in w.rows]
-    ledger.append(intent_rows + [{**r, "phase": PHASE_PLAN} for r in decision_rows], PHASE_INTENT)
+    decided = [{**r, "phase": PHASE_PLAN} for r in decision_rows]
+    # The commit is tagged `intent` only when it holds intents (claims are looked up by it).
+    ledger.append(intent_rows + decided, PHASE_INTENT if intent_rows else PHASE_PLAN)
     if not writes:
         return {}
     cluster_id = cluster.conf.get("bootstrap.servers")

@@ -63,9 +63,8 @@ def commit_groups(
     lease_ms: int,
     allow_rewind: bool,
     progress: Callable[[str], None],
-) -> dict[str, str]:
-    """Write every READY group; returns each group's final status (group → status) and
-    updates `decisions` with what happened."""
+) -> None:
+    """Write every READY group; `decisions` get what happened (status and why)."""
     rows_by_group: dict[str, list[dict]] = {}
     for row in ledger_rows(plan, decisions, dst):
         rows_by_group.setdefault(row["group"], []).append(row)
@@ -81,7 +80,6 @@ def commit_groups(
     for group, outcome in outcomes.items():
         decisions[group].status = outcome.status
         decisions[group].message = outcome.message
-    return {g: d.status for g, d in decisions.items()}
 
 
 def export_csv(plan: Plan, decisions: Mapping[str, GroupDecision], directory: str) -> list[Path]:
