@@ -193,6 +193,10 @@ if [ "$VERBOSE" = 0 ]; then
   if [ "$LOCAL" = 1 ]; then
     user_opts="$(user_conf spark.executor.extraJavaOptions)"
     FINAL+=("spark.executor.extraJavaOptions=$LOG_OPTS${user_opts:+ $user_opts}")
+    # Python workers' stderr to the log file too (lib/ferry/worker_daemon.py); lib/ is put on
+    # the JVM's PYTHONPATH, which it hands to the daemon, so any worker Python finds the module.
+    DEFAULTS+=(spark.python.daemon.module=ferry.worker_daemon)
+    ENVS+=("PYTHONPATH=$ROOT/lib${PYTHONPATH:+:$PYTHONPATH}")
   fi
   DEFAULTS+=(spark.ui.showConsoleProgress=false)
   [ "$PRINT" = 1 ] || mkdir -p "$LOG_DIR"

@@ -127,6 +127,11 @@ def test_an_image_with_the_environment_ships_none_and_user_settings_win():
     assert user.argv[user.argv.index("mine") - 1] == "--name"
     assert user.argv.index("mine") > user.argv.index("ferry-groups")
     assert user.option("--archives") is None and user.cwd is None
+    # local workers' stderr goes to the run's log file; a cluster's executors keep pyspark's own
+    assert user.confs["spark.python.daemon.module"] == "ferry.worker_daemon"
+    assert user.env["PYTHONPATH"].split(":")[0] == f"{ROOT}/lib"
+    assert "spark.python.daemon.module" not in command.confs
+    assert "spark.python.daemon.module" not in printed("groups", "list", "--verbose").confs
 
 
 def test_jobs_started_together_after_a_library_change_all_start():
