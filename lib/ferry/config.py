@@ -56,6 +56,9 @@ class TopicSelection(Selection):
         return name
 
 
+SEARCH_MODES = ("narrow", "full")
+
+
 @dataclass(frozen=True)
 class MatchingConfig:
     window_before_ms: int = 60_000
@@ -63,6 +66,9 @@ class MatchingConfig:
     context: int = 16
     hash: tuple[str, ...] = ("key", "value")
     ignore_headers: tuple[str, ...] = ()
+    # narrow: read outward from each anchor until decided (ferry.migrate.search); full: read
+    # every anchor's whole window
+    search: str = "narrow"
 
 
 @dataclass(frozen=True)
@@ -306,7 +312,11 @@ def _matching(d: dict, s: str) -> MatchingConfig:
             f"{s}.hash must be a non-empty list of distinct {', '.join(HASH_FIELDS)}, "
             f"got {list(hash_fields)}"
         )
+    search = d.get("search", default.search)
+    if search not in SEARCH_MODES:
+        raise ConfigError(f"{s}.search must be one of {', '.join(SEARCH_MODES)}, got {search!r}")
     return MatchingConfig(
+        search=search,
         window_before_ms=_as_int(
             d.get("window_before_ms", default.window_before_ms), f"{s}.window_before_ms", 0
         ),

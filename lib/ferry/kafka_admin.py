@@ -94,14 +94,15 @@ class Cluster:
 
         return Consumer(
             {
+                # Probes often land at a partition's end; don't let the broker sit on them
+                # (unless the cluster's settings say otherwise).
+                "fetch.wait.max.ms": 10,
                 **self.conf,
                 "group.id": "ferry-probe",  # required by librdkafka; never joined or committed
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
-                # Probes often land at a partition's end; don't let the broker sit on them.
-                "fetch.wait.max.ms": 10,
                 "log_level": 0,
                 "error_cb": lambda _err: None,
             }

@@ -208,6 +208,7 @@ def with_candidates(
         *ANCHOR_KEYS,
         "candidate_offset",
         "candidate_pos",
+        F.col("d_timestamp_ms").alias("candidate_timestamp_ms"),
         _common_prefix("src_before", "d_before").alias("match_before"),
         _common_prefix("src_after", "d_after").alias("match_after"),
         (F.size("d_after") > 0).alias("has_dst_next"),

@@ -3,13 +3,15 @@ once, top to bottom:
 
 1. `discover` (driver, admin API): selected groups, states and committed offsets on both
    clusters, watermarks.
-2. `extract` (data source): the source records around every committed offset and the
-   destination records around every anchor's timestamp, each range read once.
-3. `plan` (`ferry.matching`, pure transforms): anchors, candidates, context scores, one plan
+2. `extract` (data source): the source records around every committed offset, each range
+   read once.
+3. `search`: the destination records around where every anchor's timestamp lands, read
+   outward one Spark job per step until each anchor is decided or its window is read.
+4. `plan` (`ferry.matching`, pure transforms): anchors, candidates, context scores, one plan
    row per group × source partition.
-4. `decision` (pure): per group READY, ALREADY_MIGRATED, PENDING, REFUSED, ... and the exit code
+5. `decision` (pure): per group READY, ALREADY_MIGRATED, PENDING, REFUSED, ... and the exit code
    a scheduler acts on.
-5. `load`: write READY groups through `ferry.commit` (write-ahead ledger, claims, checks right
+6. `load`: write READY groups through `ferry.commit` (write-ahead ledger, claims, checks right
    before each write, read-back), record dry runs, export CSV.
 """
 

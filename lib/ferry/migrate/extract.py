@@ -6,10 +6,10 @@ How far to read: a source partition is read from `2 × (context + 1)` offsets be
 committed offset C to `context + 1` after it; when that holds fewer than `context + 1`
 records before C (compaction gaps, transaction markers) the missing stretch before it is read
 too, four times further back each round, until there are enough records or the log start is
-reached. Destination windows come from the anchors' timestamps widened by
-`window_before_ms`/`window_after_ms`; their offsets come from `offsets_for_timestamps`, which
-treats the broker's answer as a lower bound and verifies it by reading.
-"""
+reached. With `matching.search: full`, destination windows come from the anchors' timestamps
+widened by `window_before_ms`/`window_after_ms`; their offsets come from
+`offsets_for_timestamps`, which treats the broker's answer as a lower bound and verifies it by
+reading (the default narrow search is `ferry.migrate.search`)."""
 
 from __future__ import annotations
 
@@ -111,16 +111,16 @@ def extract_source_records(
             part = read_records(spark, src, ranges, cfg)
             part.count()  # materialize the cache now; the coverage check below reuses it
             parts.append(part)
-        all_df = _union(spark, parts)
+        all_df = union_records(spark, parts)
         short = _short_of_context(spark, all_df, pending, disc.source_bounds, k, lookback)
         if not short:
             break
         pending = short
         lookback *= 4
-    return with_segments(_union(spark, parts), book.segments_df(spark))
+    return with_segments(union_records(spark, parts), book.segments_df(spark))
 
 
-def _union(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
+def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
     if not parts:
         schema = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
         return spark.createDataFrame([], schema)

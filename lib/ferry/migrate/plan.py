@@ -13,6 +13,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from ferry import matching
 from ferry.config import FerryConfig
 from ferry.kafka_admin import Cluster
+from ferry.migrate import search
 from ferry.migrate.discover import Discovery, committed_rows
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
@@ -83,27 +84,27 @@ def build_plan(
         src_records_df = extract_source_records(spark, src, rows, disc, cfg, progress)
         src_context_df = matching.with_context(src_records_df, k)
         anchors_df = matching.select_anchors(committed_df, src_context_df).persist()
-        anchors = [
-            a.asDict()
-            for a in anchors_df.filter(F.col("anchor_kind") != "none")
-            .select("dst_topic", "dst_partition", "anchor_timestamp_ms")
-            .distinct()
-            .collect()
-        ]
-        windows = destination_windows(
-            anchors, cfg.matching.window_before_ms, cfg.matching.window_after_ms
-        )
-        dst_bounds = {tp: disc.destination_bounds[tp] for tp in disc.destination_bounds}
-        intervals = window_offsets(dst, windows, dst_bounds, k)
-        dst_ranges = RangeBook().new_ranges(intervals)
-        progress(
-            f"destination: reading {len(dst_ranges)} windows "
-            f"({sum(r.end - r.start for r in dst_ranges)} offsets)"
-        )
-        dst_book = RangeBook(read={tp: ivs for tp, ivs in intervals.items()})
-        dst_records_df = with_segments(
-            read_records(spark, dst, dst_ranges, cfg), dst_book.segments_df(spark)
-        )
+        dst_bounds = dict(disc.destination_bounds)
+        if cfg.matching.search == "full":
+            dst_records_df, slices_df = _read_windows(
+                spark, dst, anchors_df, dst_bounds, cfg, progress
+            )
+        else:
+            found = search.search_destination(
+                spark,
+                dst,
+                anchors_df,
+                dst_bounds,
+                cfg,
+                lambda ranges: read_records(spark, dst, ranges, cfg),
+                progress,
+            )
+            per = found.offsets_read / max(1, found.positions)
+            progress(
+                f"destination: read {found.offsets_read} offsets for {found.positions} anchor "
+                f"positions ({per:.0f} per position) in {found.steps} steps"
+            )
+            dst_records_df, slices_df = found.records_df, found.slices_df
         last_ts = destination_last_timestamps(dst, dst_bounds)
         bounds_df = spark.createDataFrame(
             [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
@@ -113,6 +114,8 @@ def build_plan(
         candidates_df = matching.with_candidates(
             anchors_df, dst_context_df, cfg.matching.window_before_ms, cfg.matching.window_after_ms
         )
+        if slices_df is not None:
+            candidates_df = search.filter_candidates_in_slices(candidates_df, anchors_df, slices_df)
         plan_df = matching.with_group_outcome(
             matching.resolve(anchors_df, candidates_df, bounds_df, cfg.matching.window_after_ms)
         )
@@ -141,6 +144,32 @@ def build_plan(
     return Plan(plan_rows, notes)
 
 
+def _read_windows(spark, dst, anchors_df, dst_bounds, cfg, progress):  # noqa: ANN001, ANN202
+    """`matching.search: full`: every anchor's whole timestamp window, read at once."""
+    k = cfg.matching.context
+    anchors = [
+        a.asDict()
+        for a in anchors_df.filter(F.col("anchor_kind") != "none")
+        .select("dst_topic", "dst_partition", "anchor_timestamp_ms")
+        .distinct()
+        .collect()
+    ]
+    windows = destination_windows(
+        anchors, cfg.matching.window_before_ms, cfg.matching.window_after_ms
+    )
+    intervals = window_offsets(dst, windows, dst_bounds, k)
+    dst_ranges = RangeBook().new_ranges(intervals)
+    progress(
+        f"destination: reading {len(dst_ranges)} windows "
+        f"({sum(r.end - r.start for r in dst_ranges)} offsets)"
+    )
+    dst_book = RangeBook(read={tp: ivs for tp, ivs in intervals.items()})
+    records_df = with_segments(
+        read_records(spark, dst, dst_ranges, cfg), dst_book.segments_df(spark)
+    )
+    return records_df, None
+
+
 def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict:  # noqa: ANN001
     return {
         "group": group,
@@ -162,4 +191,3 @@ def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict: 
         "previous_offset": None,
         "note": reason,
     }
-

@@ -1,0 +1,102 @@
+"""The destination search's rules on tiny inline DataFrames: when a slice is decided, when it
+is closed, and which candidates count (no brokers)."""
+
+from __future__ import annotations
+
+from ferry import matching
+from ferry.migrate import search
+from ferry.migrate.plan import COMMITTED_SCHEMA
+
+from .test_matching import T0, records
+
+K = 2
+
+
+def state_of(
+    spark, src_values, dst_values, c, slice_bounds, *, dst_ts=None, src_ts=None, before=50, after=50
+):
+    """with_slice_state for one group committed at `c` on src, one slice on dst."""
+    committed_df = spark.createDataFrame([("g", "src", 0, c, "dst", 0, 0, 10**6)], COMMITTED_SCHEMA)
+    src_df = records(spark, "src", src_values, ts=src_ts)
+    dst_df = records(spark, "dst", dst_values, ts=dst_ts)
+    anchors_df = matching.select_anchors(committed_df, matching.with_context(src_df, K))
+    anchor = anchors_df.first()
+    position = min(
+        (i for i in range(len(dst_values)) if (dst_ts or {}).get(i, T0 + 10 * i)
+         >= anchor.anchor_timestamp_ms),
+        default=len(dst_values),
+    )  # fmt: skip
+    slices_df = spark.createDataFrame(
+        [("dst", 0, anchor.anchor_timestamp_ms, position, *slice_bounds, 0, len(dst_values))],
+        search.SLICES_SCHEMA,
+    )
+    candidates_df = search.filter_candidates_in_slices(
+        matching.with_candidates(anchors_df, matching.with_context(dst_df, K), before, after),
+        anchors_df,
+        slices_df,
+    )
+    row = search.with_slice_state(
+        anchors_df, candidates_df, dst_df, slices_df, K, before, after
+    ).first()
+    return row.is_decided, row.is_left_closed, row.is_right_closed
+
+
+VALUES = [f"v{i}" for i in range(40)]
+
+
+def test_a_full_context_match_at_the_anchors_time_decides(spark):
+    # anchor v20 (C = 21); the slice holds it with K records either side and K + 1 after its ms
+    assert state_of(spark, VALUES, VALUES, 21, (16, 25)) == (True, False, False)
+
+
+def test_context_cut_short_by_the_slice_does_not_decide(spark):
+    # the slice ends right after the anchor: its after-context is not there yet
+    decided, _, _ = state_of(spark, VALUES, VALUES, 21, (16, 22))
+    assert not decided
+
+
+def test_a_different_neighbour_does_not_decide(spark):
+    dst = list(VALUES)
+    dst[22] = "changed"
+    decided, _, _ = state_of(spark, VALUES, dst, 21, (10, 30))
+    assert not decided
+
+
+def test_a_copy_at_another_timestamp_does_not_decide(spark):
+    # rewritten timestamps: the copy is there with full context, 5 ms later than the anchor
+    shifted = {i: T0 + 10 * i + 5 for i in range(40)}
+    decided, _, _ = state_of(spark, VALUES, VALUES, 21, (10, 30), dst_ts=shifted)
+    assert not decided
+
+
+def test_two_full_matches_in_the_slice_decide_without_widening(spark):
+    # the anchor's millisecond holds the same run of 2K + 1 records twice, on both clusters:
+    # widening cannot make it less ambiguous, so the slice is decided (resolve: AMBIGUOUS)
+    run = ["a", "b", "c", "d", "e"]
+    values = [*VALUES[:10], *run, *run, *VALUES[20:]]
+    ts = {i: T0 + 100 for i in range(10, 20)}
+    assert state_of(spark, values, values, 13, (5, 30), dst_ts=ts, src_ts=ts)[0]
+
+
+def test_closed_sides_need_k_plus_one_records_outside_the_window(spark):
+    # window ±50 ms = ±5 records around the anchor at index 20
+    assert state_of(spark, VALUES, VALUES, 21, (12, 30))[1:] == (True, True)
+    assert state_of(spark, VALUES, VALUES, 21, (14, 28))[1:] == (False, False)
+    # the log's ends close a side whatever the timestamps
+    assert state_of(spark, VALUES, VALUES, 21, (0, 40), before=10**6, after=10**6)[1:] == (
+        True,
+        True,
+    )
+
+
+def test_slice_bounds_grow_and_close_at_the_log():
+    s = search.Slice(position=100, log_start=90, log_end=1000, before=0, after=64)
+    assert s.bounds(K) == (97, 167)
+    s.close_at_log_bounds(K)
+    assert (s.is_left_closed, s.is_right_closed, s.is_open) == (False, False, True)
+    s.before = 64
+    assert s.bounds(K)[0] == 90
+    s.close_at_log_bounds(K)
+    assert s.is_left_closed and s.is_open
+    small = search._first_slice(5, 0, 600, K)
+    assert small.bounds(K) == (0, 600) and not small.is_open
