@@ -52,6 +52,7 @@ bench: install
 	$(PY) bench/read_throughput.py
 	$(PY) bench/migrate_bench.py
 	$(PY) bench/lag_bench.py
+	$(PY) bench/groups_bench.py
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -6,12 +6,17 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
    decisions about every other group are appended to the ledger in one commit, before any
    cluster is touched. If that fails nothing is written.
 2. Groups that another run's open intent claimed first are left to that run (`CLAIMED`).
-3. Per group, right before its write: the group must be Empty or Dead, and (migrate, copy)
-   the write must move it forward — see `forward_decision`. The write is one request,
-   retried only after reading what landed (`kafka_admin.alter_offsets`), then read back.
-4. The group's outcome is appended to the ledger before the next group is written. If that
-   append fails the run stops: `OutcomeNotRecorded` carries the offsets the committed groups
-   had before, so the caller can print the rollback the ledger could not keep.
+3. The rest are written in batches of `BATCH_GROUPS`, each batch in a handful of round trips
+   whatever its size: one DescribeGroups for the batch (every group must be Empty or Dead),
+   one round of OffsetFetch requests (the offsets each group has now), then per group the
+   forward rule (migrate, copy; see `forward_decision`), then every group's write — one
+   request per group, all in flight together, each retried only after reading what landed —
+   and one round of read-backs (`ferry.group_commits`). The window between a group's state
+   check and its write is one batch's offset fetch: the bound is the batch size.
+4. The batch's outcomes are appended to the ledger in one commit before the next batch is
+   written. If that append fails the run stops: `OutcomeNotRecorded` carries the offsets the
+   batch's committed groups had before, so the caller can print the rollback the ledger could
+   not keep.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ferry import kafka_admin
+from ferry import group_commits, kafka_admin
 from ferry.kafka_admin import Cluster, TopicPartitionKey
 from ferry.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
 
@@ -30,6 +35,10 @@ STATUS_REFUSED = "REFUSED"
 STATUS_CLAIMED = "CLAIMED"  # another run is writing this group; try again later
 STATUS_FAILED = "FAILED"
 STATUS_UNKNOWN = "UNKNOWN"  # sent, but whether it landed could not be learned
+
+# Groups per batch: each batch costs one describe, one fetch round, one write round, one
+# read-back round and one ledger commit; the check-to-write window grows with it.
+BATCH_GROUPS = 200
 
 DECISION_ALREADY = "already"
 DECISION_FORWARD = "forward"
@@ -115,8 +124,10 @@ def execute_writes(
     ledger: Ledger,
     lease_ms: int,
     progress: Callable[[str], None],
+    batch_groups: int | None = None,
 ) -> dict[str, WriteOutcome]:
-    """Write each group as the module docstring says; returns group → outcome."""
+    """Write the groups as the module docstring says, `batch_groups` (default
+    `BATCH_GROUPS`) at a time; returns group → outcome."""
     intent_rows = [{**r, "phase": PHASE_INTENT} for w in writes for r in w.rows]
     decided = [{**r, "phase": PHASE_PLAN} for r in decision_rows]
     # The commit is tagged `intent` only when it holds intents (claims are looked up by it).
@@ -126,57 +137,123 @@ def execute_writes(
     cluster_id = cluster.conf.get("bootstrap.servers")
     claims = ledger.open_claims(cluster_id, [w.group for w in writes], lease_ms)
     outcomes: dict[str, WriteOutcome] = {}
-    for w in writes:
-        if w.group in claims:
-            outcome = WriteOutcome(
-                w.group, STATUS_CLAIMED, False, f"run {claims[w.group]} is writing this group"
-            )
-        else:
-            outcome = _write_group(cluster, w)
-        outcomes[w.group] = outcome
+    for batch in _batches(writes, batch_groups or BATCH_GROUPS):
+        done = write_batch(cluster, [w for w in batch if w.group not in claims])
+        for w in batch:
+            if w.group in claims:
+                done[w.group] = WriteOutcome(
+                    w.group, STATUS_CLAIMED, False, f"run {claims[w.group]} is writing this group"
+                )
+        outcomes.update(done)
         try:
-            ledger.append(_outcome_rows(w, outcome), PHASE_OUTCOME)
+            ledger.append(
+                [row for w in batch for row in _outcome_rows(w, done[w.group])], PHASE_OUTCOME
+            )
         except LedgerError as exc:
-            done = [o for o in outcomes.values() if o.is_committed]
+            written = sum(1 for o in outcomes.values() if o.is_committed)
             raise OutcomeNotRecorded(
-                f"{exc}; stopped after writing {len(done)} group(s), "
+                f"{exc}; stopped after writing {written} group(s), "
                 f"{len(writes) - len(outcomes)} not attempted; run {ledger.run_id} "
                 "(its intent rows allow --rollback)",
-                done,
+                [done[w.group] for w in batch if done[w.group].is_committed],
             ) from exc
-        if outcome.is_committed:
-            progress(f"{outcome.status.lower()} {w.group} ({len(w.offsets)} partitions)")
+        for w in batch:
+            if done[w.group].is_committed:
+                progress(f"{done[w.group].status.lower()} {w.group} ({len(w.offsets)} partitions)")
     return outcomes
 
 
-def _write_group(cluster: Cluster, w: GroupWrite) -> WriteOutcome:
-    previous: dict[TopicPartitionKey, int] = {}
-    try:
-        kafka_admin.check_inactive(cluster, w.group)
-        previous = kafka_admin.committed_offsets(cluster, [w.group])[w.group]
-        if w.is_delete:
-            error = kafka_admin.delete_groups(cluster, [w.group])[w.group]
-            if error:
-                raise kafka_admin.ClusterError(f"deleting group {w.group}: {error}")
-            if kafka_admin.committed_offsets(cluster, [w.group])[w.group]:
-                raise kafka_admin.ClusterError(f"group {w.group} still has offsets")
-            return WriteOutcome(w.group, STATUS_DELETED, True, None, previous)
-        if w.is_forward_only:
-            decision, reason = forward_decision(w.offsets, previous, w.allow_rewind)
-            if decision == DECISION_ALREADY:
-                return WriteOutcome(
-                    w.group, w.already_status, False, "at or past the plan now", previous
-                )
-            if decision == DECISION_MIXED:
-                return WriteOutcome(w.group, STATUS_REFUSED, False, reason, previous)
-        kafka_admin.alter_offsets(cluster, w.group, w.offsets)
-        return WriteOutcome(w.group, STATUS_COMMITTED, True, None, previous)
-    except kafka_admin.CommitUnknownError as exc:
-        return WriteOutcome(w.group, STATUS_UNKNOWN, False, str(exc), previous)
-    except kafka_admin.GroupActiveError as exc:
-        return WriteOutcome(w.group, STATUS_REFUSED, False, str(exc), previous)
-    except kafka_admin.ClusterError as exc:
-        return WriteOutcome(w.group, STATUS_FAILED, False, str(exc), previous)
+def _batches(writes: Sequence[GroupWrite], size: int) -> list[list[GroupWrite]]:
+    """Consecutive batches of at most `size` writes; a group named twice starts a new batch
+    (its two writes must not be in flight together)."""
+    out: list[list[GroupWrite]] = [[]]
+    for w in writes:
+        if len(out[-1]) >= max(1, size) or any(o.group == w.group for o in out[-1]):
+            out.append([])
+        out[-1].append(w)
+    return [b for b in out if b]
+
+
+def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, WriteOutcome]:
+    """Check and write one batch of groups (module docstring, step 3); group → outcome."""
+    out: dict[str, WriteOutcome] = {}
+    errors: dict[str, kafka_admin.ClusterError] = {}
+    infos = kafka_admin.describe_groups(cluster, [w.group for w in batch], errors)
+    inactive = []
+    for w in batch:
+        if w.group in errors:
+            out[w.group] = WriteOutcome(w.group, STATUS_FAILED, False, str(errors[w.group]))
+        elif not infos[w.group].is_inactive:
+            message = str(kafka_admin.active_error(cluster, infos[w.group]))
+            out[w.group] = WriteOutcome(w.group, STATUS_REFUSED, False, message)
+        else:
+            inactive.append(w)
+    previous = kafka_admin.committed_offsets(cluster, [w.group for w in inactive], errors)
+    deletes, alters = [], []
+    for w in inactive:
+        before = previous.get(w.group, {})
+        if w.group in errors:
+            out[w.group] = WriteOutcome(w.group, STATUS_FAILED, False, str(errors[w.group]))
+            continue
+        decision, reason = (
+            forward_decision(w.offsets, before, w.allow_rewind)
+            if w.is_forward_only and not w.is_delete
+            else (DECISION_FORWARD, None)
+        )
+        if decision == DECISION_ALREADY:
+            message = "at or past the plan now"
+            out[w.group] = WriteOutcome(w.group, w.already_status, False, message, before)
+        elif decision == DECISION_MIXED:
+            out[w.group] = WriteOutcome(w.group, STATUS_REFUSED, False, reason, before)
+        else:
+            (deletes if w.is_delete else alters).append(w)
+    if deletes:
+        out.update(_delete(cluster, deletes, previous))
+    if alters:
+        results = group_commits.alter_offsets_each(cluster, {w.group: w.offsets for w in alters})
+        for w in alters:
+            out[w.group] = _outcome(w.group, results[w.group], previous[w.group])
+    return out
+
+
+def _outcome(
+    group: str, error: kafka_admin.ClusterError | None, previous: dict[TopicPartitionKey, int]
+) -> WriteOutcome:
+    if error is None:
+        return WriteOutcome(group, STATUS_COMMITTED, True, None, previous)
+    if isinstance(error, kafka_admin.CommitUnknownError):
+        status = STATUS_UNKNOWN
+    elif isinstance(error, kafka_admin.GroupActiveError):
+        status = STATUS_REFUSED
+    else:
+        status = STATUS_FAILED
+    return WriteOutcome(group, status, False, str(error), previous)
+
+
+def _delete(
+    cluster: Cluster,
+    deletes: Sequence[GroupWrite],
+    previous: Mapping[str, dict[TopicPartitionKey, int]],
+) -> dict[str, WriteOutcome]:
+    """Delete the groups in one request, then check that none has offsets left."""
+    out: dict[str, WriteOutcome] = {}
+    failed = kafka_admin.delete_groups(cluster, [w.group for w in deletes])
+    gone = [w.group for w in deletes if not failed[w.group]]
+    errors: dict[str, kafka_admin.ClusterError] = {}
+    left = kafka_admin.committed_offsets(cluster, gone, errors)
+    for w in deletes:
+        g = w.group
+        if failed[g]:
+            message = f"deleting group {g}: {failed[g]}"
+        elif g in errors:
+            message = str(errors[g])
+        elif left[g]:
+            message = f"group {g} still has offsets"
+        else:
+            out[g] = WriteOutcome(g, STATUS_DELETED, True, None, previous[g])
+            continue
+        out[g] = WriteOutcome(g, STATUS_FAILED, False, message, previous[g])
+    return out
 
 
 def _outcome_rows(w: GroupWrite, outcome: WriteOutcome) -> list[dict]:

@@ -9,8 +9,9 @@ transport failures, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) with exp
 backoff (0.2 s doubling to 5 s), each attempt bounded by `admin.timeout_ms`, all attempts by
 `admin.retry_ms`. After a transport failure or a timeout the next attempt uses a fresh
 AdminClient: a long-lived client that lost its connections can keep timing out while a new
-one is answered at once. A commit is never re-sent blindly: before a retry the group's current
-offsets are read, and a commit that already landed is not sent again.
+one is answered at once. Bulk calls can also report failures per group (`errors=`), so one
+group that cannot be described or read does not fail the others. Commits, which are never
+re-sent blindly, are in `ferry.group_commits`.
 """
 
 from __future__ import annotations
@@ -188,16 +189,20 @@ def _needs_fresh_client(exc: BaseException) -> bool:
 K = TypeVar("K")
 
 
-def _gather(
+def _gather_each(
     cluster: Cluster,
     describe: Callable[[K], str],
     keys: Sequence[K],
     submit: Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]],
-) -> dict[K, object]:
+    stop_on_fatal: bool = False,
+) -> tuple[dict[K, object], dict[K, ClusterError]]:
     """Submit one bulk admin request for `keys`, await every future, and retry only the keys
     that failed on a transient error (fresh client after transport failures and timeouts)
-    until `cluster.retry_s` is spent. `describe(key)` names what was asked, for errors."""
+    until `cluster.retry_s` is spent. Returns (answers, errors): a key that failed for good
+    gets a ClusterError naming the cluster and `describe(key)`, the others their answers;
+    `stop_on_fatal` gives up on every key at the first non-transient failure."""
     results: dict[K, object] = {}
+    errors: dict[K, ClusterError] = {}
     pending = list(keys)
     deadline = time.monotonic() + cluster.retry_s
     delay = 0.2
@@ -215,20 +220,55 @@ def _gather(
         if not failures:
             break
         fatal = [k for k, e in failures.items() if not is_transient(e)]
-        if fatal or time.monotonic() + delay > deadline:
-            if any(_needs_fresh_client(e) for e in failures.values()):
-                cluster.renew_admin()
-            key = fatal[0] if fatal else next(iter(failures))
-            exc = failures[key]
-            spent = "" if fatal else f" (retried for {cluster.retry_s:g}s)"
-            raise ClusterError(
-                f"{cluster.name}: {describe(key)} failed{spent}: {_short(exc)}"
-            ) from exc
+        out_of_time = time.monotonic() + delay > deadline
         if any(_needs_fresh_client(e) for e in failures.values()):
             cluster.renew_admin()
+        for key in fatal:
+            errors[key] = _failed(cluster, describe(key), failures.pop(key), "")
+        if failures and (out_of_time or (fatal and stop_on_fatal)):
+            spent = "" if fatal else f" (retried for {cluster.retry_s:g}s)"
+            for key, exc in failures.items():
+                errors[key] = _failed(cluster, describe(key), exc, spent)
+            break
+        if not failures:
+            break
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
         pending = list(failures)
+    return results, errors
+
+
+def _failed(cluster: Cluster, what: str, exc: BaseException, spent: str) -> ClusterError:
+    error = ClusterError(f"{cluster.name}: {what} failed{spent}: {_short(exc)}")
+    error.__cause__ = exc
+    return error
+
+
+def _gather(
+    cluster: Cluster,
+    describe: Callable[[K], str],
+    keys: Sequence[K],
+    submit: Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]],
+) -> dict[K, object]:
+    """`_gather_each` that raises the first failure (a non-transient one stops it at once)."""
+    results, errors = _gather_each(cluster, describe, keys, submit, stop_on_fatal=True)
+    if errors:
+        raise next(iter(errors.values()))
+    return results
+
+
+def _answers(
+    cluster: Cluster,
+    describe: Callable[[K], str],
+    keys: Sequence[K],
+    submit: Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]],
+    errors: dict[K, ClusterError] | None,
+) -> dict[K, object]:
+    """`_gather` without `errors`; with it, `_gather_each` whose failures land in `errors`."""
+    if errors is None:
+        return _gather(cluster, describe, keys, submit)
+    results, failed = _gather_each(cluster, describe, keys, submit)
+    errors.update(failed)
     return results
 
 
@@ -320,17 +360,22 @@ def list_groups(cluster: Cluster) -> list[str]:
     return sorted({g.group_id for g in result.valid})  # type: ignore[attr-defined]
 
 
-def describe_groups(cluster: Cluster, groups: Sequence[str]) -> dict[str, GroupInfo]:
-    """State, protocol type and members of each group (members may be empty on some brokers)."""
+def describe_groups(
+    cluster: Cluster, groups: Sequence[str], errors: dict[str, ClusterError] | None = None
+) -> dict[str, GroupInfo]:
+    """State, protocol type and members of each group (members may be empty on some brokers),
+    all groups in one DescribeGroups request. With `errors`, a group that cannot be described
+    goes there (and not into the answer) instead of failing the call."""
     if not groups:
         return {}
-    answers = _gather(
+    answers = _answers(
         cluster,
         lambda g: f"describe group {g}",
         list(groups),
         lambda admin, keys: admin.describe_consumer_groups(
             keys, request_timeout=cluster.attempt_s
         ),
+        errors,
     )
     out: dict[str, GroupInfo] = {}
     for group, desc in answers.items():
@@ -356,10 +401,13 @@ def describe_groups(cluster: Cluster, groups: Sequence[str]) -> dict[str, GroupI
 
 
 def committed_offsets(
-    cluster: Cluster, groups: Sequence[str]
+    cluster: Cluster, groups: Sequence[str], errors: dict[str, ClusterError] | None = None
 ) -> dict[str, dict[TopicPartitionKey, int]]:
     """Each group's committed offsets (partitions without a commit are left out). Every
-    group's request is sent before any answer is awaited."""
+    group's request is sent before any answer is awaited (the client takes one group per
+    OffsetFetch). With `errors`, as `describe_groups`."""
+    if not groups:
+        return {}
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     def submit(admin, keys):  # noqa: ANN001, ANN202
@@ -370,8 +418,8 @@ def committed_offsets(
             for g in keys
         }
 
-    answers = _gather(
-        cluster, lambda g: f"fetch committed offsets of group {g}", list(groups), submit
+    answers = _answers(
+        cluster, lambda g: f"fetch committed offsets of group {g}", list(groups), submit, errors
     )
     return {
         group: {
@@ -387,110 +435,26 @@ class GroupActiveError(ClusterError):
     """A group has members (or is rebalancing); Ferry never moves an active group."""
 
 
-def check_inactive(cluster: Cluster, group: str) -> GroupInfo:
-    """The group's state right now; GroupActiveError unless it is Empty or Dead."""
-    info = describe_groups(cluster, [group])[group]
-    if not info.is_inactive:
-        raise GroupActiveError(f"{cluster.name}: group {group} is {info.state}, not Empty; refused")
-    return info
-
-
-def alter_offsets(cluster: Cluster, group: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
-    """Commit the offsets for one group in one request, then read them back and compare.
-
-    A request that fails on a transient error is not simply sent again: the group's offsets
-    are read first (a commit that landed is not repeated) and its state is checked again (a
-    consumer may have joined meanwhile). When the budget runs out with the outcome unknown,
-    CommitUnknownError says so."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
-    )
-    deadline = time.monotonic() + cluster.retry_s
-    delay = 0.2
-    while True:
-        try:
-            fut = cluster.admin().alter_consumer_group_offsets(
-                [request], request_timeout=cluster.attempt_s
-            )[group]
-            answer = fut.result(timeout=cluster.attempt_s + 1)
-            break
-        except Exception as exc:  # noqa: BLE001 - classified here
-            if not is_transient(exc):
-                raise ClusterError(
-                    f"{cluster.name}: commit offsets of group {group} failed: {_short(exc)}"
-                ) from exc
-            if time.monotonic() + delay > deadline:
-                if _needs_fresh_client(exc):
-                    cluster.renew_admin()
-                raise CommitUnknownError(
-                    f"{cluster.name}: commit of group {group} unconfirmed after "
-                    f"{cluster.retry_s:g}s: {_short(exc)}"
-                ) from exc
-            fresh = _needs_fresh_client(exc)
-        if fresh:
-            cluster.renew_admin()
-        time.sleep(delay)
-        delay = min(delay * 2, 5.0)
-        try:
-            current = committed_offsets(cluster, [group])[group]
-            if all(current.get(k) == v for k, v in offsets.items()):
-                return  # the lost answer's request had landed: nothing to send again
-            check_inactive(cluster, group)
-        except GroupActiveError:
-            raise
-        except ClusterError as exc:
-            raise CommitUnknownError(f"{exc} (while confirming a commit of group {group})") from exc
-    for tp in answer.topic_partitions:
-        if tp.error is not None:
-            where = f"{tp.topic}[{tp.partition}]"
-            raise ClusterError(f"{cluster.name}: commit of group {group} {where}: {tp.error}")
-    verify_offsets(cluster, group, offsets)
-
-
-def commit_if_inactive(
-    cluster: Cluster, group: str, offsets: Mapping[TopicPartitionKey, int]
-) -> None:
-    """Commit a whole group's offsets in one request, only if the group is Empty or Dead right
-    now, then verify by reading back. The state is checked here, immediately before writing,
-    because some brokers accept commits for active groups and the consumers would overwrite
-    (or be confused by) what was written.
-    """
-    check_inactive(cluster, group)
-    alter_offsets(cluster, group, offsets)
-
-
-def verify_offsets(cluster: Cluster, group: str, expected: Mapping[TopicPartitionKey, int]) -> None:
-    """Read the group's offsets back: a difference is an error; a read-back that cannot be
-    done leaves the commit's outcome unknown."""
-    try:
-        actual = committed_offsets(cluster, [group])[group]
-    except ClusterError as exc:
-        raise CommitUnknownError(f"{exc} (reading back a commit of group {group})") from exc
-    wrong = [(k, v, actual.get(k)) for k, v in sorted(expected.items()) if actual.get(k) != v]
-    if wrong:
-        (t, p), want, got = wrong[0]
-        raise ClusterError(
-            f"{cluster.name}: read-back of group {group} differs at {t}[{p}]: "
-            f"expected {want}, found {got} ({len(wrong)} partitions differ)"
-        )
+def active_error(cluster: Cluster, info: GroupInfo) -> GroupActiveError:
+    state = info.state
+    return GroupActiveError(f"{cluster.name}: group {info.group} is {state}, not Empty; refused")
 
 
 def delete_groups(cluster: Cluster, groups: Sequence[str]) -> dict[str, str | None]:
-    """Delete groups; returns group → error text (None when deleted)."""
-    out: dict[str, str | None] = {}
-    for group in groups:  # one request each: a failure must name its group
-        try:
-            _gather(
-                cluster,
-                lambda g: f"delete group {g}",
-                [group],
-                lambda admin, keys: admin.delete_consumer_groups(
-                    keys, request_timeout=cluster.attempt_s
-                ),
-            )
-            out[group] = None
-        except ClusterError as exc:
-            out[group] = _short(exc.__cause__) if exc.__cause__ else str(exc)
-    return out
+    """Delete groups in one request; returns group → error text (None when deleted)."""
+    if not groups:
+        return {}
+    errors: dict[str, ClusterError] = {}
+    _answers(
+        cluster,
+        lambda g: f"delete group {g}",
+        list(groups),
+        lambda admin, keys: admin.delete_consumer_groups(keys, request_timeout=cluster.attempt_s),
+        errors,
+    )
+    return {
+        g: None
+        if g not in errors
+        else (_short(errors[g].__cause__) if errors[g].__cause__ else str(errors[g]))
+        for g in groups
+    }

@@ -7,11 +7,13 @@ every plan that was shown is on record next to every change that was made:
   (already migrated, refused, unresolved);
 - `intent`: written before the first write to any cluster, one row per partition the run is
   about to change, with the offset it has now (`previous_offset`) and the one it will get;
-- `outcome`: written after each group's write and read-back: `is_committed` is true only for
-  offsets that were written and read back.
+- `outcome`: written after each batch of groups was written and read back (one commit per
+  batch, `ferry.commit.BATCH_GROUPS` groups): `is_committed` is true only for offsets that
+  were written and read back.
 
-The ledger never trails the clusters: a run that cannot append its intent writes nothing, and
-one that cannot append an outcome stops before the next group. `--rollback RUN_ID` restores
+The ledger never trails the clusters by more than one batch: a run that cannot append its
+intent writes nothing, and one that cannot append a batch's outcomes stops before the next
+batch. `--rollback RUN_ID` restores
 `previous_offset` from intent rows (tables older than the phases: committed rows).
 
 Intents are also claims: a group with an open intent of another executing run (no outcome

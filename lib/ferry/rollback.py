@@ -14,13 +14,12 @@ group is reported as incomplete.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ferry import kafka_admin, ledger
+from ferry import commit, group_commits, kafka_admin, ledger
 from ferry.kafka_admin import Cluster
 
 # What a rollback prints, per group partition (migrate and groups alike).
@@ -82,62 +81,96 @@ def apply_rollback(
     plan: list[RollbackGroup],
     execute: bool,
     progress: Callable[[str], None],
+    batch_groups: int | None = None,
 ) -> tuple[list[dict], dict[str, str | None]]:
-    """Returns (ledger rows, group -> error or None)."""
+    """Returns (ledger rows, group -> error or None). Groups go in batches, as `ferry.commit`
+    writes them: one offset fetch round, one describe, every write in flight together."""
     rows: list[dict] = []
-    errors: dict[str, str | None] = defaultdict(lambda: None)
-    for g in plan:
-        committed = False
-        error = None
-        current = kafka_admin.committed_offsets(cluster, [g.group])[g.group]
-        state = "landed" if g.is_confirmed else unconfirmed_state(g, current)
-        if state == "not_written":
-            error = None
+    errors: dict[str, str | None] = {}
+    size = max(1, batch_groups or commit.BATCH_GROUPS)
+    for start in range(0, len(plan), size):
+        batch_rows, batch_errors = _rollback_batch(
+            cluster, plan[start : start + size], execute, progress
+        )
+        rows += batch_rows
+        errors.update(batch_errors)
+    return rows, errors
+
+
+def _rollback_batch(
+    cluster: Cluster,
+    batch: list[RollbackGroup],
+    execute: bool,
+    progress: Callable[[str], None],
+) -> tuple[list[dict], dict[str, str | None]]:
+    current = kafka_admin.committed_offsets(cluster, [g.group for g in batch])
+    states: dict[str, str] = {}
+    errors: dict[str, str | None] = {}
+    for g in batch:
+        states[g.group] = "landed" if g.is_confirmed else unconfirmed_state(g, current[g.group])
+        errors[g.group] = None
+        if states[g.group] == "not_written":
             progress(f"{g.group}: the run never wrote it; nothing to roll back")
-        elif state == "moved":
-            error = (
+        elif states[g.group] == "moved":
+            errors[g.group] = (
                 f"group {g.group}: its offsets changed since the run, which never recorded "
                 "whether its write landed; not rolled back"
             )
-        if execute and state == "landed":
-            try:
-                if g.restore and g.unset:
-                    error = (
-                        f"group {g.group}: {len(g.unset)} partitions had no offset before the run "
-                        "and cannot be un-committed; restored the others"
-                    )
-                if g.restore:
-                    kafka_admin.commit_if_inactive(cluster, g.group, g.restore)
-                    committed = True
-                elif g.unset:
-                    info = kafka_admin.describe_groups(cluster, [g.group])[g.group]
-                    if not info.is_inactive:
-                        raise kafka_admin.GroupActiveError(
-                            f"{cluster.name}: group {g.group} is {info.state}, not Empty; refused"
-                        )
-                    err = kafka_admin.delete_groups(cluster, [g.group])[g.group]
-                    if err:
-                        raise kafka_admin.ClusterError(f"deleting group {g.group}: {err}")
-                    committed = True
-                progress(f"rolled back {g.group}")
-            except kafka_admin.ClusterError as exc:
-                error = str(exc)
-        errors[g.group] = error
-        for tp in sorted(set(g.restore) | set(g.unset)):
-            rows.append(
-                {
-                    "cluster": cluster.conf.get("bootstrap.servers"),
-                    "group": g.group,
-                    "topic": tp[0],
-                    "partition": tp[1],
-                    "previous_offset": current.get(tp),
-                    "new_offset": g.restore.get(tp),
-                    "status": _row_status(state, tp in g.restore),
-                    "is_committed": committed,
-                    "message": error,
-                }
+    landed = [g for g in batch if execute and states[g.group] == "landed"]
+    failed = _restore(cluster, landed)
+    committed = set()
+    for g in landed:
+        if failed.get(g.group):
+            errors[g.group] = failed[g.group]
+            continue
+        committed.add(g.group)
+        if g.restore and g.unset:
+            errors[g.group] = (
+                f"group {g.group}: {len(g.unset)} partitions had no offset before the run "
+                "and cannot be un-committed; restored the others"
             )
-    return rows, dict(errors)
+        progress(f"rolled back {g.group}")
+    rows = [
+        {
+            "cluster": cluster.conf.get("bootstrap.servers"),
+            "group": g.group,
+            "topic": tp[0],
+            "partition": tp[1],
+            "previous_offset": current[g.group].get(tp),
+            "new_offset": g.restore.get(tp),
+            "status": _row_status(states[g.group], tp in g.restore),
+            "is_committed": g.group in committed,
+            "message": errors[g.group],
+        }
+        for g in batch
+        for tp in sorted(set(g.restore) | set(g.unset))
+    ]
+    return rows, errors
+
+
+def _restore(cluster: Cluster, groups: list[RollbackGroup]) -> dict[str, str]:
+    """Write back each group's previous offsets (or delete a group that had none), only if
+    it is Empty or Dead right now; group -> error for those that were not."""
+    failed: dict[str, str] = {}
+    errors: dict[str, kafka_admin.ClusterError] = {}
+    infos = kafka_admin.describe_groups(cluster, [g.group for g in groups], errors)
+    ready = []
+    for g in groups:
+        if g.group in errors:
+            failed[g.group] = str(errors[g.group])
+        elif not infos[g.group].is_inactive:
+            failed[g.group] = str(kafka_admin.active_error(cluster, infos[g.group]))
+        else:
+            ready.append(g)
+    restores = {g.group: g.restore for g in ready if g.restore}
+    for group, error in group_commits.alter_offsets_each(cluster, restores).items():
+        if error is not None:
+            failed[group] = str(error)
+    deletes = [g.group for g in ready if not g.restore and g.unset]
+    for group, text in kafka_admin.delete_groups(cluster, deletes).items():
+        if text:
+            failed[group] = f"deleting group {group}: {text}"
+    return failed
 
 
 def _row_status(state: str, had_offset: bool) -> str:

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from ferry import delta, ledger
+from ferry import commit, delta, ledger
 from ferry.testing.produce import commit_offsets, create_topics, produce
 
 from .jobrunner import ROOT, group_statuses, ledger_rows, run_job
@@ -87,6 +87,8 @@ def test_groups_verbs_write_nothing_without_their_audit_row(cluster, tmp_path, u
 
 
 def test_lost_outcome_stops_the_run_and_keeps_a_way_back(clusters, tmp_path, unique, monkeypatch):
+    """Batches of two: the first batch's outcome cannot be written, so the run stops before
+    the second batch and prints the way back for both groups the first batch wrote."""
     src, dst = clusters
     topic, expected = _world(src, dst, unique)
     g1, g2, g3 = sorted(expected)
@@ -103,21 +105,23 @@ def test_lost_outcome_stops_the_run_and_keeps_a_way_back(clusters, tmp_path, uni
             raise OSError("No space left on device")
         return real_append(*args, **kwargs)
 
+    monkeypatch.setattr(commit, "BATCH_GROUPS", 2)
     monkeypatch.setattr(delta, "append_rows", failing_after_intent)
     result = run_job("migrate", "--config", config, "--execute", "--quiet")
     monkeypatch.setattr(delta, "append_rows", real_append)
     assert calls == ["intent", "outcome"]
     assert result.code == 1
-    assert committed(dst, g1) == expected[g1]
-    assert committed(dst, g2) == {} and committed(dst, g3) == {}, "kept committing"
+    assert committed(dst, g1) == expected[g1] and committed(dst, g2) == expected[g2]
+    assert committed(dst, g3) == {}, "kept committing"
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith(f"error: cannot append to ledger {tmp_path / 'ledger'}: No space")
-    assert "stopped after writing 1 group(s), 2 not attempted" in error
+    assert "stopped after writing 2 group(s), 1 not attempted" in error
     block = result.stderr.split("groups reset --from-file FILE --execute):\n", 1)[1]
-    assert block.splitlines()[:3] == [
+    assert block.splitlines()[:4] == [
         "group,topic,partition,offset",
         f"{g1},{topic},0,3",
         f"{g1},{topic},1,4",
+        f"(no offsets before this run: {g2}: delete to undo)",
     ]
     run_id = error.split("; run ")[1].split()[0]
 

@@ -1,10 +1,14 @@
 """Discover: which source groups are selected, their states and committed offsets on both
 clusters, and the watermarks of every partition the plan needs — all fetched in bulk, before
-any record is read."""
+any record is read. Per cluster: one DescribeGroups for every group, every group's OffsetFetch
+in flight at once, two ListOffsets; the source's and the destination's calls overlap."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ferry import kafka_admin
 from ferry.config import FerryConfig
@@ -28,6 +32,26 @@ class Discovery:
     destination_bounds: dict[TopicPartitionKey, tuple[int, int]] = field(default_factory=dict)
 
 
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+def _both(source_call: Callable[[], A], destination_call: Callable[[], B]) -> tuple[A, B]:
+    """Run one call per cluster at the same time (each thread keeps to its own cluster and
+    its AdminClient, so no client is shared across threads)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        destination = pool.submit(destination_call)
+        source = source_call()
+        return source, destination.result()
+
+
+def _side(cluster: Cluster, groups: list[str]):  # noqa: ANN202 - (infos, offsets, topics)
+    return (
+        kafka_admin.describe_groups(cluster, groups),
+        kafka_admin.committed_offsets(cluster, groups),
+        kafka_admin.list_topics(cluster),
+    )
+
 
 def discover(
     src: Cluster,
@@ -45,11 +69,11 @@ def discover(
         for g in kafka_admin.list_groups(src)
         if cfg.groups.matches(g) and (only is None or g in only)
     ]
-    source_info = kafka_admin.describe_groups(src, groups)
-    destination_info = kafka_admin.describe_groups(dst, groups)
-    committed_all = kafka_admin.committed_offsets(src, groups)
-    src_topics = kafka_admin.list_topics(src)
-    dst_topics = kafka_admin.list_topics(dst)
+    # The destination's offsets are fetched for every group, refused ones too: cheaper than
+    # waiting for the states before asking.
+    (source_info, committed_all, src_topics), (destination_info, dst_offsets, dst_topics) = (
+        _both(lambda: _side(src, groups), lambda: _side(dst, groups))
+    )
     disc = Discovery(
         groups=groups,
         source_states={g: source_info[g].state for g in groups},
@@ -87,16 +111,17 @@ def discover(
                     f"{dst_topic} has {dst_topics[dst_topic]} partitions on destination"
                 )
     active = [g for g in groups if g not in disc.refusals]
-    disc.previous = kafka_admin.committed_offsets(dst, active) if active else {}
+    disc.previous = {g: dst_offsets[g] for g in active}
     needed = {tp for g in active for tp in disc.committed[g]}
-    disc.source_bounds = kafka_admin.watermarks(src, needed)
     dst_needed = {
         (cfg.topics.destination_topic(t), p)
         for g in active
         for (t, p) in disc.committed[g]
         if (g, (t, p)) not in disc.missing
     }
-    disc.destination_bounds = kafka_admin.watermarks(dst, dst_needed)
+    disc.source_bounds, disc.destination_bounds = _both(
+        lambda: kafka_admin.watermarks(src, needed), lambda: kafka_admin.watermarks(dst, dst_needed)
+    )
     return disc
 
 

@@ -1,5 +1,6 @@
 """Load: write the decided groups through `ferry.commit` (write-ahead ledger, claims, fresh
-checks, one verified request per group), record dry runs, and export CSV files."""
+checks and one verified request per group, many groups per batch), record dry runs, and
+export CSV files."""
 
 from __future__ import annotations
 
@@ -63,8 +64,10 @@ def commit_groups(
     lease_ms: int,
     allow_rewind: bool,
     progress: Callable[[str], None],
+    batch_groups: int | None = None,
 ) -> None:
-    """Write every READY group; `decisions` get what happened (status and why)."""
+    """Write every READY group, `batch_groups` (default `commit.BATCH_GROUPS`) at a time;
+    `decisions` get what happened (status and why)."""
     rows_by_group: dict[str, list[dict]] = {}
     for row in ledger_rows(plan, decisions, dst):
         rows_by_group.setdefault(row["group"], []).append(row)
@@ -76,7 +79,9 @@ def commit_groups(
         if d.is_write
     ]
     kept = [r for g, rows in rows_by_group.items() if not decisions[g].is_write for r in rows]
-    outcomes = commit.execute_writes(dst, writes, kept, ledger, lease_ms, progress)
+    outcomes = commit.execute_writes(
+        dst, writes, kept, ledger, lease_ms, progress, batch_groups
+    )
     for group, outcome in outcomes.items():
         decisions[group].status = outcome.status
         decisions[group].message = outcome.message
