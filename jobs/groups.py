@@ -145,8 +145,10 @@ def _selected(cluster: Cluster, pattern: str | None) -> list[str]:
 
 
 def _print_summary(text: str, args) -> None:  # noqa: ANN001
-    stream = sys.stdout if args.output == "table" and not getattr(args, "export", False) else (
-        sys.stderr
+    stream = (
+        sys.stdout
+        if args.output == "table" and not getattr(args, "export", False)
+        else (sys.stderr)
     )
     print(text, file=stream)
 
@@ -221,7 +223,13 @@ def _write(args, cfg, cluster, changes, run_ledger, progress) -> None:  # noqa: 
     kept = groups.ledger_rows([c for c in changes if c.group not in written], cluster, True)
     try:
         outcomes = commit.execute_writes(
-            cluster, writes, kept, run_ledger, cfg.ledger.lease_ms, progress
+            cluster,
+            writes,
+            kept,
+            run_ledger,
+            cfg.ledger.lease_ms,
+            progress,
+            cfg.admin.batch_groups,
         )
     except commit.OutcomeNotRecorded as exc:
         if exc.committed:
@@ -388,7 +396,9 @@ def rollback_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
         raise UsageError("rollback needs the RUN_ID of a copy, reset or delete run")
     require(cfg, "ledger.path")
     spark = build_session("ferry-groups-rollback")
-    done = rollback.run_rollback(spark, cluster, cfg.ledger.path, run_id, args.execute, progress)
+    done = rollback.run_rollback(
+        spark, cluster, cfg.ledger.path, run_id, args.execute, progress, cfg.admin.batch_groups
+    )
     emit(done.rows, rollback.ROLLBACK_COLUMNS, args.output)
     for group, error in sorted(done.errors.items()):
         print(f"not rolled back: {group}: {error}", file=sys.stderr)

@@ -114,7 +114,14 @@ def main(argv: list[str]) -> int:
     if args.execute:
         try:
             migrate.commit_groups(
-                dst, plan, decisions, ledger, cfg.ledger.lease_ms, args.allow_rewind, progress
+                dst,
+                plan,
+                decisions,
+                ledger,
+                cfg.ledger.lease_ms,
+                args.allow_rewind,
+                progress,
+                cfg.admin.batch_groups,
             )
         except OutcomeNotRecorded as exc:
             if exc.committed:
@@ -166,7 +173,7 @@ def rollback_main(args, cfg, progress) -> int:  # noqa: ANN001
     dst = cfg.client("destination")
     spark = build_session("ferry-migrate-rollback")
     done = rollback.run_rollback(
-        spark, dst, cfg.ledger.path, args.rollback, args.execute, progress
+        spark, dst, cfg.ledger.path, args.rollback, args.execute, progress, cfg.admin.batch_groups
     )
     emit(done.rows, rollback.ROLLBACK_COLUMNS, args.output)
     for group, error in sorted(done.errors.items()):

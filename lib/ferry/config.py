@@ -82,6 +82,9 @@ class ReaderConfig:
 class AdminConfig:
     timeout_ms: int = 10_000  # one admin request attempt
     retry_ms: int = 60_000  # all attempts of one admin operation (transient errors only)
+    # groups written per batch (one describe, one offsets fetch, concurrent writes, one
+    # ledger commit); also the bound on the time between a group's check and its write
+    batch_groups: int = 200
 
 
 @dataclass(frozen=True)
@@ -352,6 +355,7 @@ def _admin(d: dict, s: str) -> AdminConfig:
     return AdminConfig(
         timeout_ms=_as_int(d.get("timeout_ms", default.timeout_ms), f"{s}.timeout_ms", 1),
         retry_ms=_as_int(d.get("retry_ms", default.retry_ms), f"{s}.retry_ms", 0),
+        batch_groups=_as_int(d.get("batch_groups", default.batch_groups), f"{s}.batch_groups", 1),
     )
 
 

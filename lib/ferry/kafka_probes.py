@@ -71,6 +71,16 @@ def first_records_at(
     return found
 
 
+def _interpolate(lo: int, hi: int, lo_ts: int, hi_ts: int, target: int) -> int:
+    """Where the first record at least as new as `target` should be, if timestamps grow
+    evenly between lo (just after a record at lo_ts) and hi (a record at hi_ts): aimed half a
+    millisecond early, so it lands at the start of the target's millisecond."""
+    if hi_ts <= lo_ts:
+        return (lo + hi) // 2
+    fraction = (target - 0.5 - lo_ts) / (hi_ts - lo_ts)
+    return min(hi - 1, max(lo, lo + int(fraction * (hi - lo))))
+
+
 def offsets_for_timestamps(
     cluster: Cluster,
     targets: Mapping[TopicPartitionKey, int],
@@ -100,27 +110,50 @@ def offsets_for_timestamps(
         # The broker's answer bounds the search from below; -1 means "no such record".
         lo[key] = max(start, answer) if answer is not None and answer >= 0 else start
         hi[key] = end
+    lo_ts: dict[TopicPartitionKey, int] = {}  # timestamp of a record before lo (older)
+    hi_ts: dict[TopicPartitionKey, int] = {}  # timestamp of the first record at or after hi
+    bisect_next: set[TopicPartitionKey] = set()
     consumer = cluster.consumer()
     try:
         # Invariant: records before lo[key] are older than the target; the first record at or
         # after hi[key] is at least as new as the target, or there is none.
-        # The first round reads at the broker's answer itself: an exact answer (Apache Kafka)
-        # is confirmed there, in two rounds instead of a binary search's twenty.
-        first_round = True
+        # Round one reads at the broker's answer itself: an exact answer (Apache Kafka) is
+        # confirmed there. Round two reads the last record, so that later rounds can
+        # interpolate between timestamps (a few rounds where a binary search takes twenty);
+        # a round that interpolated and did not halve the interval is followed by a bisection.
+        rounds = 0
         while True:
-            probes = {
-                k: lo[k] if first_round else (lo[k] + hi[k]) // 2 for k in targets if lo[k] < hi[k]
-            }
-            first_round = False
+            probes: dict[TopicPartitionKey, int] = {}
+            for k in targets:
+                if lo[k] >= hi[k]:
+                    continue
+                if rounds == 0:
+                    probes[k] = lo[k]
+                elif k not in hi_ts and hi[k] == bounds[k][1] and rounds == 1:
+                    probes[k] = hi[k] - 1
+                elif k in lo_ts and k in hi_ts and k not in bisect_next:
+                    probes[k] = _interpolate(lo[k], hi[k], lo_ts[k], hi_ts[k], targets[k])
+                else:
+                    probes[k] = (lo[k] + hi[k]) // 2
             if not probes:
                 break
+            widths = {k: hi[k] - lo[k] for k in probes}
+            interpolated = {k for k in probes if k in lo_ts and k in hi_ts and rounds > 0}
+            rounds += 1
             seen = first_records_at(cluster, probes, consumer)
             for key, mid in probes.items():
                 record = seen.get(key)
                 if record is None or record[1] >= targets[key]:
                     hi[key] = mid  # the first record at or after mid is new enough (or absent)
+                    if record is not None:
+                        hi_ts[key] = record[1]
                 else:
                     lo[key] = record[0] + 1
+                    lo_ts[key] = record[1]
+                if key in interpolated and 2 * (hi[key] - lo[key]) > widths[key]:
+                    bisect_next.add(key)
+                else:
+                    bisect_next.discard(key)
         # lo == hi now: confirm by reading the record there (it may be a gap, so read forward).
         confirm = first_records_at(
             cluster, {k: lo[k] for k in targets if lo[k] < bounds[k][1]}, consumer

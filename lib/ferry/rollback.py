@@ -65,6 +65,7 @@ def rollback_plan(ledger_df: DataFrame, run_id: str) -> list[RollbackGroup]:
 
 def unconfirmed_state(g: RollbackGroup, current: dict[tuple[str, int], int]) -> str:
     """For an intent without outcome: `landed`, `not_written` or `moved`."""
+
     def matches(expected: dict) -> bool:
         return all(current.get(tp) == off for tp, off in expected.items())
 
@@ -197,6 +198,7 @@ def run_rollback(
     run_id: str,
     execute: bool,
     progress: Callable[[str], None],
+    batch_groups: int | None = None,
 ) -> RollbackRun:
     """Roll back `run_id` on `cluster` (dry run unless `execute`) and record it in the ledger.
 
@@ -240,6 +242,6 @@ def run_rollback(
             ],
             ledger.PHASE_INTENT,
         )
-    rows, errors = apply_rollback(cluster, plan, execute, progress)
+    rows, errors = apply_rollback(cluster, plan, execute, progress, batch_groups)
     writer = own.append(rows, ledger.PHASE_OUTCOME if execute else ledger.PHASE_PLAN)
     return RollbackRun(plan, rows, {g: e for g, e in errors.items() if e}, own.run_id, writer)

@@ -1,0 +1,47 @@
+"""Timestamp lookups on a real local broker (which answers every ListOffsets-by-timestamp with
+the log start, so the search by reading does all the work): the answer is always the first
+record at least as new as the target, whatever the spacing of timestamps."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferry import kafka_probes
+from ferry.kafka_admin import Cluster
+from ferry.testing.produce import Record, create_topics, produce
+
+pytestmark = pytest.mark.integration
+
+BASE = 1_740_000_000_000
+
+
+def stamps() -> dict[str, list[int]]:
+    return {
+        "even": [BASE + i for i in range(600)],
+        "busy": [BASE + i // 10 for i in range(600)],  # ten records a millisecond
+        "bursty": [BASE + (i // 50) * 1000 + i % 50 for i in range(600)],  # bursts, idle gaps
+        "skewed": [BASE + i * i for i in range(600)],  # timestamps ever further apart
+    }
+
+
+def test_offsets_for_timestamps_finds_the_first_record_at_least_as_new(cluster, unique):
+    layout = stamps()
+    topics = {f"{unique}-{name}": ts for name, ts in layout.items()}
+    create_topics(cluster.config, {t: 1 for t in topics})
+    offsets = {}
+    for topic, ts in topics.items():
+        offsets[topic] = produce(
+            cluster.config, topic, 0, [Record(b"k", f"{i}".encode(), t) for i, t in enumerate(ts)]
+        )
+    c = Cluster("probe", cluster.config)
+    for probe_round in range(12):
+        targets, expected = {}, {}
+        for topic, ts in topics.items():
+            # before everything, exact hits, between records, inside bursts, after everything
+            pick = [ts[0] - 5, ts[0], ts[-1], ts[-1] + 1]
+            pick += [ts[(probe_round * 53 + j * 97) % len(ts)] + j % 2 for j in range(4)]
+            target = pick[probe_round % len(pick)]
+            targets[(topic, 0)] = target
+            first = next((i for i, t in enumerate(ts) if t >= target), None)
+            expected[(topic, 0)] = None if first is None else offsets[topic][first]
+        assert kafka_probes.offsets_for_timestamps(c, targets) == expected, probe_round
