@@ -32,8 +32,10 @@ other groups happened to be in the same run.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -48,6 +50,7 @@ from ferry.migrate.ranges import RangeBook
 FIRST_RADIUS = 64  # offsets read after P at the first step: a busy millisecond and then some
 GROWTH = 4  # an open side of an undecided slice grows this many times per step
 MAX_STEPS = 24
+LOOKUP_THREADS = 8  # timestamp lookups of one partition's distinct anchor times, side by side
 SMALL_PARTITION = 1024  # offsets: a destination partition this small is read whole at once
 
 SLICE_KEYS = ["dst_topic", "dst_partition", "anchor_timestamp_ms"]
@@ -188,19 +191,26 @@ def anchor_positions(
     positions: Sequence[Mapping],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
 ) -> dict[tuple[str, int, int], int]:
-    """P for each (dst_topic, dst_partition, anchor_timestamp_ms): verified timestamp lookups,
-    one layer per distinct timestamp on a partition."""
+    """P for each (dst_topic, dst_partition, anchor_timestamp_ms): verified timestamp lookups.
+
+    A consumer reads one position per partition at a time, so the distinct timestamps of a
+    partition form layers; the layers are looked up side by side (LOOKUP_THREADS), each with
+    clients of its own."""
     per_tp: dict[TopicPartitionKey, list[int]] = defaultdict(list)
     for p in positions:
         per_tp[(p["dst_topic"], p["dst_partition"])].append(p["anchor_timestamp_ms"])
-    out: dict[tuple[str, int, int], int] = {}
     depth = max((len(ts) for ts in per_tp.values()), default=0)
-    for i in range(depth):
-        layer = {tp: ts[i] for tp, ts in per_tp.items() if i < len(ts)}
-        found = kafka_probes.offsets_for_timestamps(dst, layer, bounds)
-        for tp, ts in layer.items():
-            at = found[tp]
-            out[(tp[0], tp[1], ts)] = at if at is not None else bounds[tp][1]
+    layers = [{tp: ts[i] for tp, ts in per_tp.items() if i < len(ts)} for i in range(depth)]
+
+    def look_up(layer: dict[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
+        return kafka_probes.offsets_for_timestamps(dataclasses.replace(dst), layer, bounds)
+
+    out: dict[tuple[str, int, int], int] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(LOOKUP_THREADS, depth))) as pool:
+        for layer, found in zip(layers, pool.map(look_up, layers), strict=True):
+            for tp, ts in layer.items():
+                at = found[tp]
+                out[(tp[0], tp[1], ts)] = at if at is not None else bounds[tp][1]
     return out
 
 
