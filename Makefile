@@ -49,6 +49,8 @@ test-faults: install
 	$(PY) -m pytest -q -p no:cacheprovider -m faults
 
 bench: install
+	$(PY) bench/fixed_cost.py
+	$(PY) bench/busy_bench.py
 	$(PY) bench/read_throughput.py
 	$(PY) bench/migrate_bench.py
 	$(PY) bench/lag_bench.py

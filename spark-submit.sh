@@ -180,6 +180,15 @@ PYCOORD
     spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
 fi
 
+# Options for the submitting JVM (the driver in client mode, YARN's or Kubernetes' client in
+# cluster mode), given before the user's $SPARK_SUBMIT_OPTS and --driver-java-options, which win.
+SUBMIT_OPTS=""
+# Local masters: the driver JVM (the executor too) lives for one job, most of it warming up:
+# loading Spark and compiling the code Spark generates for every new query plan. The optimizing
+# JIT tier (C2) pays off only in long runs, and on a small machine its compiler threads take
+# the cores the job needs (bench/fixed_cost.py, where the trivial job gets it too).
+[ "$LOCAL" = 1 ] && SUBMIT_OPTS="-XX:TieredStopAtLevel=1"
+
 # Each run's Spark logging goes to its own file (conf/log4j2.properties), named to the Python
 # driver as FERRY_LOG_FILE; the console keeps Ferry's own lines. --verbose: Spark's defaults.
 LOG_DIR="${FERRY_LOG_DIR:-$ROOT/var/log}"
@@ -188,8 +197,7 @@ LOG_FILE="$LOG_DIR/ferry-$JOB-$(date -u +%Y%m%dT%H%M%SZ)-$$.log"
 ENVS+=("FERRY_LOG_FILE=$LOG_FILE")
 if [ "$VERBOSE" = 0 ]; then
   LOG_OPTS="-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties -Dferry.log.file=$LOG_FILE"
-  # The submitting JVM: the driver in client mode, YARN's or Kubernetes' client in cluster mode.
-  ENVS+=("SPARK_SUBMIT_OPTS=$LOG_OPTS${SPARK_SUBMIT_OPTS:+ $SPARK_SUBMIT_OPTS}")
+  SUBMIT_OPTS="$LOG_OPTS${SUBMIT_OPTS:+ $SUBMIT_OPTS}"
   if [ "$LOCAL" = 1 ]; then
     user_opts="$(user_conf spark.executor.extraJavaOptions)"
     FINAL+=("spark.executor.extraJavaOptions=$LOG_OPTS${user_opts:+ $user_opts}")
@@ -201,6 +209,8 @@ if [ "$VERBOSE" = 0 ]; then
   DEFAULTS+=(spark.ui.showConsoleProgress=false)
   [ "$PRINT" = 1 ] || mkdir -p "$LOG_DIR"
 fi
+SUBMIT_OPTS="$SUBMIT_OPTS${SPARK_SUBMIT_OPTS:+ $SPARK_SUBMIT_OPTS}"
+[ -z "$SUBMIT_OPTS" ] || ENVS+=("SPARK_SUBMIT_OPTS=${SUBMIT_OPTS# }")
 
 CMD=("$SUBMIT" --master "$MASTER" --deploy-mode "$DEPLOY_MODE" --name "ferry-$JOB"
   --py-files "$LIB_ZIP${USER_PY_FILES:+,$USER_PY_FILES}")

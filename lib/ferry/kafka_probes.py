@@ -113,6 +113,8 @@ def offsets_for_timestamps(
     lo_ts: dict[TopicPartitionKey, int] = {}  # timestamp of a record before lo (older)
     hi_ts: dict[TopicPartitionKey, int] = {}  # timestamp of the first record at or after hi
     bisect_next: set[TopicPartitionKey] = set()
+    # what the probe that last set hi found: the first record at or after hi, or None
+    at_hi: dict[TopicPartitionKey, tuple[int, int] | None] = {}
     consumer = cluster.consumer()
     try:
         # Invariant: records before lo[key] are older than the target; the first record at or
@@ -145,6 +147,7 @@ def offsets_for_timestamps(
                 record = seen.get(key)
                 if record is None or record[1] >= targets[key]:
                     hi[key] = mid  # the first record at or after mid is new enough (or absent)
+                    at_hi[key] = record
                     if record is not None:
                         hi_ts[key] = record[1]
                 else:
@@ -154,14 +157,17 @@ def offsets_for_timestamps(
                     bisect_next.add(key)
                 else:
                     bisect_next.discard(key)
-        # lo == hi now: confirm by reading the record there (it may be a gap, so read forward).
+        # lo == hi now, and the probe that set hi read the answer already (the first record at
+        # or after hi, or none). Only where nothing probed hi, or shuffled timestamps pushed lo
+        # past it, is the record at lo read to confirm (it may be a gap, so read forward).
+        unsure = {k for k in targets if lo[k] != hi[k] or k not in at_hi}
         confirm = first_records_at(
-            cluster, {k: lo[k] for k in targets if lo[k] < bounds[k][1]}, consumer
+            cluster, {k: lo[k] for k in unsure if lo[k] < bounds[k][1]}, consumer
         )
     finally:
         consumer.close()
     result: dict[TopicPartitionKey, int | None] = {}
     for key in targets:
-        record = confirm.get(key)
+        record = confirm.get(key) if key in unsure else at_hi[key]
         result[key] = record[0] if record is not None and record[1] >= targets[key] else None
     return result

@@ -24,6 +24,11 @@ DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.adaptive.enabled": "true",
+    # Spark starts one Python daemon per distinct worker environment. SQL Python tasks add
+    # SPARK_SIMPLIFIED_TRACEBACK=1 to it, plain RDD tasks (createDataFrame of a local list runs
+    # its rows through Python) do not, so a run started two daemons, each about a second on 2
+    # cores. Given to every Python worker, the two share one.
+    "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
 }
 # Only for local masters: Ferry's many small partitions on one machine. On a cluster Spark's
 # own defaults (200 shuffle partitions, coalesced by AQE; the UI) serve better.

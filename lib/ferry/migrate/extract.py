@@ -108,9 +108,8 @@ def extract_source_records(
         if ranges:
             n = sum(r.end - r.start for r in ranges)
             progress(f"source: reading {len(ranges)} ranges ({n} offsets), round {round_no + 1}")
-            part = read_records(spark, src, ranges, cfg)
-            part.count()  # materialize the cache now; the coverage check below reuses it
-            parts.append(part)
+            # Cached; the coverage check below (or the first use after) materializes it.
+            parts.append(read_records(spark, src, ranges, cfg))
         all_df = union_records(spark, parts)
         short = _short_of_context(spark, all_df, pending, disc.source_bounds, k, lookback)
         if not short:
