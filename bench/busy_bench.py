@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("FERRY_MASTER", "local[2]")
 
-from migrate_bench import load_migrate_job  # noqa: E402
+from migrate_bench import load_migrate_job, produce_one  # noqa: E402
 
 from ferry.cli import run  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
@@ -51,21 +51,11 @@ def produce_topic(src: dict, dst: dict, topic: str, partitions: int, n: int, per
             if i % 1009 in (7, 8, 9):  # a few identical records sharing a millisecond
                 key, value = b"dup", b"dup"
             ts = base + i // per_ms
-            _produce(ps, topic, key, value, p, ts)
+            produce_one(ps, topic, key, value, p, ts)
             if i >= REPLICATED_FROM:
-                _produce(pd, topic, key, value, p, ts)
+                produce_one(pd, topic, key, value, p, ts)
     ps.flush()
     pd.flush()
-
-
-def _produce(producer: Producer, topic: str, key: bytes, value: bytes, p: int, ts: int) -> None:
-    while True:
-        try:
-            producer.produce(topic, key=key, value=value, partition=p, timestamp=ts)
-            producer.poll(0)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 def run_migrate(job, config: Path, regex: str, search: str) -> tuple[float, list[dict], str]:

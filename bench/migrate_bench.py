@@ -59,12 +59,12 @@ def produce_world(src: dict, dst: dict, topics: list[str], partitions: int, n: i
                     ts = base + i * 1000
                 for producer, ok in ((ps, True), (pd, i >= REPLICATED_FROM)):
                     if ok:
-                        _produce(producer, topic, key, value, p, ts)
+                        produce_one(producer, topic, key, value, p, ts)
         ps.flush()
         pd.flush()
 
 
-def _produce(producer: Producer, topic: str, key: bytes, value: bytes, p: int, ts: int) -> None:
+def produce_one(producer: Producer, topic: str, key: bytes, value: bytes, p: int, ts: int) -> None:
     while True:
         try:
             producer.produce(topic, key=key, value=value, partition=p, timestamp=ts)

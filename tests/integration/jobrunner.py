@@ -51,3 +51,26 @@ def ledger_rows(path) -> list[dict]:  # noqa: ANN001 - str or Path
     from deltalake import DeltaTable
 
     return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+
+
+def join_group(config: dict, group: str, topic: str):  # noqa: ANN201 - a confluent Consumer
+    """A live member of `group` subscribed to `topic` (an active group), once it has its
+    assignment or 20 s have passed."""
+    import time
+
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 30000,
+        }
+    )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 20
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    return consumer

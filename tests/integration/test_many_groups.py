@@ -6,16 +6,14 @@ writes still refuse what they must."""
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
-from confluent_kafka import Consumer
 
 from ferry import commit, delta, group_commits, ledger
 from ferry.kafka_admin import Cluster
 from ferry.testing.produce import create_topics, produce
 
-from .jobrunner import group_statuses, ledger_rows, run_job
+from .jobrunner import group_statuses, join_group, ledger_rows, run_job
 from .test_migrate import committed, replicate, unique_records, write_config
 
 pytestmark = pytest.mark.integration
@@ -91,26 +89,7 @@ def test_hundreds_of_groups_in_small_batches(clusters, spark, tmp_path, unique, 
     assert phases == ["intent"] + ["outcome"] * n_batches, phases
 
 
-def _join(config: dict, group: str, topic: str) -> Consumer:
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 30000,
-        }
-    )
-    consumer.subscribe([topic])
-    deadline = time.monotonic() + 20
-    while not consumer.assignment() and time.monotonic() < deadline:
-        consumer.poll(0.2)
-    return consumer
-
-
-def test_a_batch_refuses_its_active_group_and_writes_the_rest(
-    clusters, spark, tmp_path, unique
-):
+def test_a_batch_refuses_its_active_group_and_writes_the_rest(clusters, spark, tmp_path, unique):
     """The state check right before a batch's writes (not only the one at planning)."""
     _, dst = clusters
     topic = f"{unique}-t"
@@ -126,13 +105,15 @@ def test_a_batch_refuses_its_active_group_and_writes_the_rest(
         commit.GroupWrite(
             g,
             offsets,
-            [{"cluster": dst.bootstrap, "group": g, "topic": t, "partition": p, "new_offset": o}
-             for (t, p), o in offsets.items()],  # fmt: skip
+            [
+                {"cluster": dst.bootstrap, "group": g, "topic": t, "partition": p, "new_offset": o}
+                for (t, p), o in offsets.items()
+            ],  # fmt: skip
         )
         for g, offsets in targets.items()
     ]
     run = ledger.Ledger(spark, str(tmp_path / "ledger"), ledger.new_run_id("t"), "migrate", True)
-    consumer = _join(dst.config, active, topic)  # joins after planning, before the write
+    consumer = join_group(dst.config, active, topic)  # joins after planning, before the write
     try:
         outcomes = commit.execute_writes(cluster, writes, [], run, 60_000, lambda _m: None, 4)
     finally:

@@ -7,12 +7,11 @@ import textwrap
 import time
 
 import pytest
-from confluent_kafka import Consumer
 
 from ferry import kafka_admin
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
-from .jobrunner import run_job
+from .jobrunner import join_group, run_job
 
 pytestmark = pytest.mark.integration
 
@@ -226,23 +225,6 @@ def test_rollback_restores_previous_destination_offsets(clusters, tmp_path, uniq
     assert committed(dst, group) == {(topic, 0): 3}
 
 
-def _join(config: dict, group: str, topic: str) -> Consumer:
-    consumer = Consumer(
-        {
-            **config,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 30000,
-        }
-    )
-    consumer.subscribe([topic])
-    deadline = time.monotonic() + 20
-    while not consumer.assignment() and time.monotonic() < deadline:
-        consumer.poll(0.2)
-    return consumer
-
-
 def test_active_groups_are_refused_and_untouched(clusters, tmp_path, unique):
     src, dst = clusters
     topic = f"{unique}-t"
@@ -256,8 +238,8 @@ def test_active_groups_are_refused_and_untouched(clusters, tmp_path, unique):
         commit_offsets(src.config, group, {(topic, 0): 10})
     commit_offsets(dst.config, active_dst, {(topic, 0): 2})
     config = write_config(tmp_path, src, dst, unique)
-    c1 = _join(src.config, active_src, topic)
-    c2 = _join(dst.config, active_dst, topic)
+    c1 = join_group(src.config, active_src, topic)
+    c2 = join_group(dst.config, active_dst, topic)
     try:
         result = run_job("migrate", "--config", config, "--execute", "--quiet")
         assert result.code == 1

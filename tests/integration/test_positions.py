@@ -14,12 +14,18 @@ import textwrap
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from ferry import kafka_admin, lag_history, positions
 from ferry.config import ReaderConfig
 from ferry.kafka_admin import Cluster
-from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.produce import (
+    Record,
+    commit_offsets,
+    create_topics,
+    produce,
+    produce_transactions,
+)
 
 from .jobrunner import run_job
 
@@ -31,29 +37,8 @@ ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 def transaction(config: dict, topic: str, partition: int, stamps: list[int], commit: bool):
     """One transaction of one-record batches; returns the offsets its records got."""
-    producer = Producer(
-        {
-            **config,
-            "transactional.id": f"{topic}-{partition}-tx",
-            "linger.ms": 0,
-            "batch.num.messages": 1,
-            "max.in.flight.requests.per.connection": 1,
-        }
-    )
-    offsets: list[int] = []
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for ts in stamps:
-        producer.produce(
-            topic,
-            value=b"tx",
-            partition=partition,
-            timestamp=ts,
-            on_delivery=lambda err, msg: offsets.append(msg.offset()) if err is None else None,
-        )
-        producer.flush(30)
-    (producer.commit_transaction if commit else producer.abort_transaction)(30)
-    return offsets
+    records = [Record(None, b"tx", ts) for ts in stamps]
+    return produce_transactions(config, topic, partition, [records], commit)
 
 
 @pytest.fixture(scope="module")

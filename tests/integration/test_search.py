@@ -14,9 +14,14 @@ import textwrap
 import time
 
 import pytest
-from confluent_kafka import Producer
 
-from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.produce import (
+    Record,
+    commit_offsets,
+    create_topics,
+    produce,
+    produce_transactions,
+)
 
 from .jobrunner import run_job
 
@@ -38,37 +43,6 @@ def busy(tag: str, n: int, start_ms: int = BASE) -> list[Record]:
 
 def shifted(records: list[Record], ms: int) -> list[Record]:
     return [Record(r.key, r.value, r.timestamp_ms + ms) for r in records]
-
-
-def produce_with_markers(config: dict, topic: str, records: list[Record], every: int) -> list[int]:
-    """Produce in committed transactions of `every` records: each leaves a marker offset
-    behind, standing in for a compaction gap (the local broker does not compact)."""
-    producer = Producer(
-        {
-            **config,
-            "transactional.id": f"{topic}-tx",
-            "linger.ms": 0,
-            "batch.num.messages": 1,
-            "max.in.flight.requests.per.connection": 1,
-        }
-    )
-    offsets: list[int] = []
-    producer.init_transactions(30)
-    for i in range(0, len(records), every):
-        producer.begin_transaction()
-        for r in records[i : i + every]:
-            producer.produce(
-                topic,
-                key=r.key,
-                value=r.value,
-                partition=0,
-                timestamp=r.timestamp_ms,
-                on_delivery=lambda err, msg: offsets.append(msg.offset()) if not err else None,
-            )
-            producer.flush(30)
-        producer.commit_transaction(30)
-    assert len(offsets) == len(records)
-    return offsets
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +107,13 @@ def world(clusters, tmp_path_factory):
     groups[f"{u}-late"] = {(t["late"], 0): 1200}
     expected[f"{u}-late"] = dst_offsets[1200]
 
-    # gaps: the destination has a marker offset after every 6 records, across the window.
+    # gaps: the destination has a transaction marker after every 6 records, across the window
+    # (the local broker does not compact; to a reader a marker is a gap like compaction's).
     recs = busy("gaps", 1500)
     produce(src.config, t["gaps"], 0, recs)
-    dst_offsets = produce_with_markers(dst.config, t["gaps"], recs, every=6)
+    dst_offsets = produce_transactions(
+        dst.config, t["gaps"], 0, [recs[i : i + 6] for i in range(0, len(recs), 6)]
+    )
     groups[f"{u}-gaps"] = {(t["gaps"], 0): 700}
     expected[f"{u}-gaps"] = dst_offsets[700]
 

@@ -89,6 +89,45 @@ def produce(
     return offsets
 
 
+def produce_transactions(
+    config: Mapping[str, str],
+    topic: str,
+    partition: int,
+    transactions: Iterable[Sequence[Record]],
+    commit: bool = True,
+) -> list[int]:
+    """Produce each sequence of records as one transaction (one record per batch), committed
+    or aborted; returns the offsets the records got. Every transaction leaves a marker offset
+    behind: the local broker does not compact, so markers stand in for compaction gaps."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            **config,
+            "transactional.id": f"{topic}-{partition}-tx",
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+            "max.in.flight.requests.per.connection": 1,
+        }
+    )
+    offsets: list[int] = []
+    producer.init_transactions(30)
+    for records in transactions:
+        producer.begin_transaction()
+        for r in records:
+            producer.produce(
+                topic,
+                key=r.key,
+                value=r.value,
+                partition=partition,
+                timestamp=r.timestamp_ms or 0,
+                on_delivery=lambda err, msg: offsets.append(msg.offset()) if err is None else None,
+            )
+            producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    return offsets
+
+
 def commit_offsets(
     config: Mapping[str, str], group: str, offsets: Mapping[tuple[str, int], int]
 ) -> None:
