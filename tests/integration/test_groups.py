@@ -11,8 +11,7 @@ import pytest
 from ferry import kafka_admin
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
-from .jobrunner import run_job
-from .test_migrate import _join
+from .jobrunner import join_group, run_job
 
 pytestmark = pytest.mark.integration
 
@@ -191,7 +190,7 @@ def test_reset_refuses_an_active_group(cluster, world, unique):
     a = world["a"]
     group = f"{world['u']}-{unique}"
     commit_offsets(cluster.config, group, {(a, 0): 4})
-    consumer = _join(cluster.config, group, a)
+    consumer = join_group(cluster.config, group, a)
     try:
         result = _reset(world, group, "--all-topics", "--to-earliest")
         assert result.code == 1
@@ -270,7 +269,7 @@ def test_copy_refusals_and_delete_source(cluster, world, unique):
     old, busy, new = (f"{world['u']}-{unique}-{n}" for n in ("old", "busy", "new"))
     commit_offsets(cluster.config, old, {(a, 1): 6})
     commit_offsets(cluster.config, busy, {(a, 2): 1})
-    consumer = _join(cluster.config, busy, a)
+    consumer = join_group(cluster.config, busy, a)
     try:
         refused = groups(world, "copy", "--from", old, "--to", busy, "--to", new, "--execute")
         assert refused.code == 1
