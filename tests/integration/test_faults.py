@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from ferry import commit
 from ferry.testing.brokers import start_broker
 from ferry.testing.produce import commit_offsets, create_topics, produce
 from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_FETCH, API_OFFSET_COMMIT
@@ -151,18 +150,21 @@ def test_source_lost_mid_read_fails_in_one_line(proxied, tmp_path, unique):
 
 
 @pytest.mark.parametrize("batch", [1, 200])
-def test_destination_lost_after_first_commit_then_rerun(
-    proxied, tmp_path, unique, monkeypatch, batch
-):
+def test_destination_lost_after_first_commit_then_rerun(proxied, tmp_path, unique, batch):
     """Batches of one: only the first group's commit reaches the broker, the others fail
     their checks. One batch of all three: their commits are in flight together when the
     connection goes, so any of them may have landed, and those that did not are UNKNOWN
     (sent, never confirmed) or FAILED."""
     src, dst = proxied
     config, expected = _world(
-        src, dst, tmp_path, unique, admin__timeout_ms=1500, admin__retry_ms=4000
+        src,
+        dst,
+        tmp_path,
+        unique,
+        admin__timeout_ms=1500,
+        admin__retry_ms=4000,
+        admin__batch_groups=batch,
     )
-    monkeypatch.setattr(commit, "BATCH_GROUPS", batch)
     cut = dst.proxy.arm(API_OFFSET_COMMIT, "cut_after")
     first = run_job("migrate", "--config", config, "--execute", "--quiet", "-o", "json")
     assert cut.is_set()

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from ferry import commit, delta, ledger
+from ferry import delta, ledger
 from ferry.testing.produce import commit_offsets, create_topics, produce
 
 from .jobrunner import ROOT, group_statuses, ledger_rows, run_job
@@ -69,8 +69,7 @@ def test_groups_verbs_write_nothing_without_their_audit_row(cluster, tmp_path, u
     blocker.write_text("x")
     config = tmp_path / "groups.yaml"
     config.write_text(
-        f"cluster:\n  bootstrap.servers: {cluster.bootstrap}\n"
-        f"ledger:\n  path: {blocker}/ledger\n"
+        f"cluster:\n  bootstrap.servers: {cluster.bootstrap}\nledger:\n  path: {blocker}/ledger\n"
     )
     for verb in (
         ("reset", "--group", group, "--all-topics", "--to-earliest"),
@@ -79,8 +78,10 @@ def test_groups_verbs_write_nothing_without_their_audit_row(cluster, tmp_path, u
     ):
         result = run_job("groups", *verb, "--config", config, "--execute", "--quiet")
         assert result.code == 1, verb
-        assert result.stderr.strip().splitlines()[-1].startswith(
-            f"error: cannot append to ledger {blocker}/ledger: "
+        assert (
+            result.stderr.strip()
+            .splitlines()[-1]
+            .startswith(f"error: cannot append to ledger {blocker}/ledger: ")
         ), result.stderr
     assert committed(cluster, group) == {(topic, 0): 12}
     assert committed(cluster, f"{group}-copy") == {}
@@ -105,9 +106,10 @@ def test_lost_outcome_stops_the_run_and_keeps_a_way_back(clusters, tmp_path, uni
             raise OSError("No space left on device")
         return real_append(*args, **kwargs)
 
-    monkeypatch.setattr(commit, "BATCH_GROUPS", 2)
     monkeypatch.setattr(delta, "append_rows", failing_after_intent)
-    result = run_job("migrate", "--config", config, "--execute", "--quiet")
+    result = run_job(
+        "migrate", "--config", config, "--execute", "--quiet", "--set", "admin.batch_groups=2"
+    )
     monkeypatch.setattr(delta, "append_rows", real_append)
     assert calls == ["intent", "outcome"]
     assert result.code == 1

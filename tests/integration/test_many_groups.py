@@ -45,7 +45,7 @@ def _world(src, dst, unique: str, n_groups: int, partitions: int = 8) -> dict[st
     return {g: {tp: o - SHIFT for tp, o in offs.items()} for g, offs in sources.items()}
 
 
-def test_hundreds_of_groups_in_small_batches(clusters, spark, tmp_path, unique, monkeypatch):
+def test_hundreds_of_groups_in_small_batches(clusters, spark, tmp_path, unique):
     src, dst = clusters
     expected = _world(src, dst, unique, 250)
     groups = sorted(expected)
@@ -59,9 +59,17 @@ def test_hundreds_of_groups_in_small_batches(clusters, spark, tmp_path, unique, 
             group: None
         }
     config = write_config(tmp_path, src, dst, unique)
-    monkeypatch.setattr(commit, "BATCH_GROUPS", BATCH)
-
-    result = run_job("migrate", "--config", config, "--execute", "--quiet", "-o", "json")
+    result = run_job(
+        "migrate",
+        "--config",
+        config,
+        "--execute",
+        "--quiet",
+        "-o",
+        "json",
+        "--set",
+        f"admin.batch_groups={BATCH}",
+    )
     assert result.code == 1, result.stderr  # the mixed group is refused
     statuses = group_statuses(result)
     assert statuses.pop(ahead) == "ALREADY_MIGRATED"
