@@ -71,6 +71,14 @@ def run_migrate(job, config: Path, regex: str, search: str) -> tuple[float, list
     return elapsed, json.loads(out.getvalue()), err.getvalue()
 
 
+def plan_of(rows: list[dict]) -> dict:
+    """(group, topic, partition) → (status, destination offset)."""
+    return {
+        (r["group"], r["src_topic"], r["src_partition"]): (r["status"], r["destination_offset"])
+        for r in rows
+    }
+
+
 def offsets_read(stderr: str) -> int:
     narrow = re.search(r"destination: read (\d+) offsets", stderr)
     if narrow:
@@ -135,15 +143,6 @@ def main() -> int:
             anchors = len(narrow)
             n_narrow, n_full = offsets_read(narrow_err), offsets_read(full_err)
             per_anchor[rate] = n_narrow / anchors
-
-            def plan_of(rows: list[dict]) -> dict:
-                return {
-                    (r["group"], r["src_topic"], r["src_partition"]): (
-                        r["status"],
-                        r["destination_offset"],
-                    )
-                    for r in rows
-                }
 
             same = plan_of(narrow) == plan_of(full)
             if os.environ.get("BUSY_BENCH_DEBUG"):

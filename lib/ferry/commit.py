@@ -177,17 +177,13 @@ def _batches(writes: Sequence[GroupWrite], size: int) -> list[list[GroupWrite]]:
 def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, WriteOutcome]:
     """Check and write one batch of groups (module docstring, step 3); group → outcome."""
     out: dict[str, WriteOutcome] = {}
+    may_write, failed, active = group_commits.by_state(cluster, [w.group for w in batch])
+    for group, error in failed.items():
+        out[group] = WriteOutcome(group, STATUS_FAILED, False, str(error))
+    for group, error in active.items():
+        out[group] = WriteOutcome(group, STATUS_REFUSED, False, str(error))
+    inactive = [w for w in batch if w.group in may_write]
     errors: dict[str, kafka_admin.ClusterError] = {}
-    infos = kafka_admin.describe_groups(cluster, [w.group for w in batch], errors)
-    inactive = []
-    for w in batch:
-        if w.group in errors:
-            out[w.group] = WriteOutcome(w.group, STATUS_FAILED, False, str(errors[w.group]))
-        elif not infos[w.group].is_inactive:
-            message = str(kafka_admin.active_error(cluster, infos[w.group]))
-            out[w.group] = WriteOutcome(w.group, STATUS_REFUSED, False, message)
-        else:
-            inactive.append(w)
     previous = kafka_admin.committed_offsets(cluster, [w.group for w in inactive], errors)
     deletes, alters = [], []
     for w in inactive:

@@ -112,6 +112,22 @@ def alter_offsets_each(
     return out
 
 
+def by_state(
+    cluster: Cluster, groups: list[str]
+) -> tuple[list[str], dict[str, ClusterError], dict[str, ClusterError]]:
+    """The groups described in one round, in the order given: (those Empty or Dead, which may
+    be written; group → why it could not be described; group → the error naming it active)."""
+    errors: dict[str, ClusterError] = {}
+    infos = describe_groups(cluster, groups, errors)
+    active = {
+        g: active_error(cluster, infos[g])
+        for g in groups
+        if g not in errors and not infos[g].is_inactive
+    }
+    inactive = [g for g in groups if g not in errors and g not in active]
+    return inactive, errors, active
+
+
 def _unsent(
     cluster: Cluster,
     offsets: Mapping[str, Mapping[TopicPartitionKey, int]],
@@ -131,13 +147,11 @@ def _unsent(
             out[g] = None  # the lost answer's request had landed: nothing to send again
         else:
             left.append(g)
-    infos = describe_groups(cluster, left, errors)
-    for g in left:
-        if g in errors:
-            out[g] = CommitUnknownError(f"{errors[g]} (while confirming a commit of group {g})")
-        elif not infos[g].is_inactive:
-            out[g] = active_error(cluster, infos[g])
-    return [g for g in left if g not in out]
+    inactive, failed, active = by_state(cluster, left)
+    for g, error in failed.items():
+        out[g] = CommitUnknownError(f"{error} (while confirming a commit of group {g})")
+    out.update(active)
+    return inactive
 
 
 def _differs(

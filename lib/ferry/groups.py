@@ -31,6 +31,7 @@ from ferry import commit, kafka_admin, positions
 from ferry.config import ReaderConfig
 from ferry.kafka_admin import Cluster, GroupInfo, TopicPartitionKey
 from ferry.reset import ResetError, Target, resolve_targets, scoped_partitions
+from ferry.session import local_df
 
 POSITIONS_SCHEMA = StructType(
     [
@@ -168,15 +169,15 @@ def read_positions(
         (t, p, o, *(found.get((t, p, o)) or (None, None))) for t, p, o in sorted(wanted)
     ]
     session = spark() if callable(spark) else spark
-    positions_df = positions.local_df(
+    positions_df = local_df(
         session,
         [tuple(r[c] for c in POSITIONS_SCHEMA.fieldNames()) for r in rows],
         POSITIONS_SCHEMA,
     )
-    bounds_df = positions.local_df(
+    bounds_df = local_df(
         session, [(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items())], BOUNDS_SCHEMA
     )
-    next_df = positions.local_df(session, next_rows, NEXT_RECORDS_SCHEMA)
+    next_df = local_df(session, next_rows, NEXT_RECORDS_SCHEMA)
     return positions_df, bounds_df, next_df
 
 

@@ -90,7 +90,9 @@ class Cluster:
         fault proxy); destroyed at once, it cannot."""
         object.__setattr__(self, "_admin", None)
 
-    def consumer(self):  # noqa: ANN201
+    def consumer(self, defaults: Mapping[str, object] | None = None):  # noqa: ANN201
+        """A plain assigned reader (never joins a group, never commits). `defaults` apply
+        where the cluster's own properties say nothing."""
         from confluent_kafka import Consumer
 
         return Consumer(
@@ -98,6 +100,7 @@ class Cluster:
                 # Probes often land at a partition's end; don't let the broker sit on them
                 # (unless the cluster's settings say otherwise).
                 "fetch.wait.max.ms": 10,
+                **(defaults or {}),
                 **self.conf,
                 "group.id": "ferry-probe",  # required by librdkafka; never joined or committed
                 "enable.auto.commit": False,

@@ -126,6 +126,7 @@ def offsets_for_timestamps(
         rounds = 0
         while True:
             probes: dict[TopicPartitionKey, int] = {}
+            interpolated: set[TopicPartitionKey] = set()
             for k in targets:
                 if lo[k] >= hi[k]:
                     continue
@@ -135,12 +136,12 @@ def offsets_for_timestamps(
                     probes[k] = hi[k] - 1
                 elif k in lo_ts and k in hi_ts and k not in bisect_next:
                     probes[k] = _interpolate(lo[k], hi[k], lo_ts[k], hi_ts[k], targets[k])
+                    interpolated.add(k)
                 else:
                     probes[k] = (lo[k] + hi[k]) // 2
             if not probes:
                 break
             widths = {k: hi[k] - lo[k] for k in probes}
-            interpolated = {k for k in probes if k in lo_ts and k in hi_ts and rounds > 0}
             rounds += 1
             seen = first_records_at(cluster, probes, consumer)
             for key, mid in probes.items():

@@ -47,6 +47,7 @@ from ferry import kafka_probes
 from ferry.config import ReaderConfig
 from ferry.kafka_admin import Cluster, ClusterError, TopicPartitionKey
 from ferry.kafka_source import OffsetRange, read_ranges
+from ferry.session import local_df
 
 DEFAULT_MAX_GAP = 1_000
 DEFAULT_DRIVER_LIMIT = 250_000
@@ -332,39 +333,9 @@ def read_forward(
 
 
 def _consumer(cluster: Cluster, isolation_level: str):  # noqa: ANN202 - confluent_kafka type
-    """A plain assigned reader (never joins, never commits) that sees what the data source
-    would: the reader's isolation level unless the cluster's properties set one."""
-    from confluent_kafka import Consumer
-
-    conf = {
-        **cluster.conf,
-        "group.id": "ferry-position-reader",  # required by librdkafka; never joined
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",
-        "log_level": 0,
-        "error_cb": lambda _err: None,
-    }
-    conf.setdefault("isolation.level", isolation_level)
-    # Spans often end at a partition's end; don't let the broker sit on the fetch.
-    conf.setdefault("fetch.wait.max.ms", 10)
-    return Consumer(conf)
-
-
-def local_df(spark: SparkSession, rows: Sequence[tuple], schema: StructType) -> DataFrame:
-    """Driver rows as a DataFrame, sent to the JVM as Arrow: a list of tuples would go through
-    pickling and, on its first use in a run, start Python workers (about a second)."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow_schema = to_arrow_schema(schema)
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
-    table = pa.Table.from_arrays(
-        [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)],
-        schema=arrow_schema,
-    )
-    return spark.createDataFrame(table, schema)
+    """A reader that sees what the data source would: the reader's isolation level unless the
+    cluster's properties set one."""
+    return cluster.consumer({"isolation.level": isolation_level})
 
 
 def start_session(app_name: str) -> Callable[[], SparkSession]:

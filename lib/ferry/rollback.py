@@ -152,17 +152,9 @@ def _rollback_batch(
 def _restore(cluster: Cluster, groups: list[RollbackGroup]) -> dict[str, str]:
     """Write back each group's previous offsets (or delete a group that had none), only if
     it is Empty or Dead right now; group -> error for those that were not."""
-    failed: dict[str, str] = {}
-    errors: dict[str, kafka_admin.ClusterError] = {}
-    infos = kafka_admin.describe_groups(cluster, [g.group for g in groups], errors)
-    ready = []
-    for g in groups:
-        if g.group in errors:
-            failed[g.group] = str(errors[g.group])
-        elif not infos[g.group].is_inactive:
-            failed[g.group] = str(kafka_admin.active_error(cluster, infos[g.group]))
-        else:
-            ready.append(g)
+    may_write, not_described, active = group_commits.by_state(cluster, [g.group for g in groups])
+    failed = {group: str(error) for group, error in {**not_described, **active}.items()}
+    ready = [g for g in groups if g.group in may_write]
     restores = {g.group: g.restore for g in ready if g.restore}
     for group, error in group_commits.alter_offsets_each(cluster, restores).items():
         if error is not None:

@@ -1,4 +1,5 @@
-"""The one place a SparkSession is built; everything else receives `spark` as a parameter.
+"""The one place a SparkSession is built; everything else receives `spark` as a parameter
+(and `local_df` to turn the driver's own rows into DataFrames).
 
 Under spark-submit (spark-submit.sh) the user's master, deploy mode and settings rule, and
 Ferry only fills in what nobody set. Run directly (tests, notebooks, benches) Ferry chooses
@@ -11,10 +12,12 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark import SparkConf, SparkContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 LOG4J_PROPERTIES = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
@@ -108,3 +111,18 @@ def has_delta_jars(spark: SparkSession) -> bool:
         return True
     except Exception:
         return False
+
+
+def local_df(spark: SparkSession, rows: Sequence[tuple], schema: StructType) -> DataFrame:
+    """Driver rows as a DataFrame, sent to the JVM as Arrow: a list of tuples would go through
+    pickling and, on its first use in a run, start Python workers (about a second)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema)
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
+    table = pa.Table.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)],
+        schema=arrow_schema,
+    )
+    return spark.createDataFrame(table, schema)

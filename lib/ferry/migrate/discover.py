@@ -71,8 +71,8 @@ def discover(
     ]
     # The destination's offsets are fetched for every group, refused ones too: cheaper than
     # waiting for the states before asking.
-    (source_info, committed_all, src_topics), (destination_info, dst_offsets, dst_topics) = (
-        _both(lambda: _side(src, groups), lambda: _side(dst, groups))
+    (source_info, committed_all, src_topics), (destination_info, dst_offsets, dst_topics) = _both(
+        lambda: _side(src, groups), lambda: _side(dst, groups)
     )
     disc = Discovery(
         groups=groups,
@@ -148,4 +148,3 @@ def committed_rows(disc: Discovery, cfg: FerryConfig) -> list[dict]:
                 }
             )
     return rows
-

@@ -27,10 +27,18 @@ from ferry.kafka_admin import Cluster, TopicPartitionKey
 from ferry.kafka_source import OffsetRange, read_ranges
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
+from ferry.session import local_df
 
 RECORD_COLUMNS = ["topic", "partition", "segment", "offset", "timestamp_ms", "sha256"]
 MAX_LOOKBACK_ROUNDS = 8
 
+WANTED_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("c", LongType(), False),
+    ]
+)
 DST_BOUNDS_SCHEMA = StructType(
     [
         StructField("dst_topic", StringType(), False),
@@ -122,7 +130,7 @@ def extract_source_records(
 def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
     if not parts:
         schema = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
-        return spark.createDataFrame([], schema)
+        return spark.createDataFrame([], schema)  # no rows: nothing goes through Python
     out = parts[0]
     for p in parts[1:]:
         out = out.unionByName(p)
@@ -146,7 +154,7 @@ def _short_of_context(
     ]
     if not candidates:
         return set()
-    wanted_df = spark.createDataFrame(candidates, "topic string, partition int, c long")
+    wanted_df = local_df(spark, candidates, WANTED_SCHEMA)
     counts = (
         wanted_df.join(records_df, ["topic", "partition"], "left")
         .groupBy("topic", "partition", "c")
@@ -203,4 +211,3 @@ def destination_last_timestamps(
     missing = {tp: max(bounds[tp][0], bounds[tp][1] - 64) for tp, r in seen.items() if r is None}
     seen.update(kafka_probes.first_records_at(dst, missing))
     return {tp: (seen[tp][1] if seen.get(tp) else None) for tp in bounds}
-

@@ -72,16 +72,12 @@ def commit_groups(
     for row in ledger_rows(plan, decisions, dst):
         rows_by_group.setdefault(row["group"], []).append(row)
     writes = [
-        commit.GroupWrite(
-            d.group, d.offsets, rows_by_group[d.group], allow_rewind=allow_rewind
-        )
+        commit.GroupWrite(d.group, d.offsets, rows_by_group[d.group], allow_rewind=allow_rewind)
         for d in decisions.values()
         if d.is_write
     ]
     kept = [r for g, rows in rows_by_group.items() if not decisions[g].is_write for r in rows]
-    outcomes = commit.execute_writes(
-        dst, writes, kept, ledger, lease_ms, progress, batch_groups
-    )
+    outcomes = commit.execute_writes(dst, writes, kept, ledger, lease_ms, progress, batch_groups)
     for group, outcome in outcomes.items():
         decisions[group].status = outcome.status
         decisions[group].message = outcome.message

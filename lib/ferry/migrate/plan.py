@@ -25,6 +25,7 @@ from ferry.migrate.extract import (
     with_segments,
 )
 from ferry.migrate.ranges import RangeBook
+from ferry.session import local_df
 
 # Partition statuses added outside matching (refusals and missing destinations).
 STATUS_REFUSED = "REFUSED"
@@ -80,7 +81,11 @@ def build_plan(
     rows = committed_rows(disc, cfg)
     plan_rows: list[dict] = []
     if rows:
-        committed_df = spark.createDataFrame(rows, COMMITTED_SCHEMA)
+        committed_df = local_df(
+            spark,
+            [tuple(r[f.name] for f in COMMITTED_SCHEMA.fields) for r in rows],
+            COMMITTED_SCHEMA,
+        )
         src_records_df = extract_source_records(spark, src, rows, disc, cfg, progress)
         src_context_df = matching.with_context(src_records_df, k)
         anchors_df = matching.select_anchors(committed_df, src_context_df).persist()
@@ -106,7 +111,8 @@ def build_plan(
             )
             dst_records_df, slices_df = found.records_df, found.slices_df
         last_ts = destination_last_timestamps(dst, dst_bounds)
-        bounds_df = spark.createDataFrame(
+        bounds_df = local_df(
+            spark,
             [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
             DST_BOUNDS_SCHEMA,
         )

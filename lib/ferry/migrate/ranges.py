@@ -8,9 +8,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from ferry.kafka_admin import TopicPartitionKey
 from ferry.kafka_source import OffsetRange
+from ferry.session import local_df
+
+SEGMENTS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("seg_start", LongType(), False),
+        StructField("seg_end", LongType(), False),
+    ]
+)
 
 
 def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -77,6 +88,4 @@ class RangeBook:
 
     def segments_df(self, spark: SparkSession) -> DataFrame:
         rows = [(t, p, s, e) for (t, p), ivs in self.read.items() for s, e in ivs]
-        schema = "topic string, partition int, seg_start long, seg_end long"
-        return spark.createDataFrame(rows, schema)
-
+        return local_df(spark, rows, SEGMENTS_SCHEMA)

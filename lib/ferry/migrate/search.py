@@ -40,12 +40,14 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from ferry import kafka_probes, matching
 from ferry.config import FerryConfig
 from ferry.kafka_admin import Cluster, TopicPartitionKey
 from ferry.migrate.extract import union_records, with_segments
 from ferry.migrate.ranges import RangeBook
+from ferry.session import local_df
 
 FIRST_RADIUS = 64  # offsets read after P at the first step: a busy millisecond and then some
 GROWTH = 4  # an open side of an undecided slice grows this many times per step
@@ -54,9 +56,22 @@ LOOKUP_THREADS = 8  # timestamp lookups of one partition's distinct anchor times
 SMALL_PARTITION = 1024  # offsets: a destination partition this small is read whole at once
 
 SLICE_KEYS = ["dst_topic", "dst_partition", "anchor_timestamp_ms"]
-SLICES_SCHEMA = (
-    "dst_topic string, dst_partition int, anchor_timestamp_ms long, position long, "
-    "slice_start long, slice_end long, log_start long, log_end long"
+SLICES_SCHEMA = StructType(
+    [
+        StructField("dst_topic", StringType(), False),
+        StructField("dst_partition", IntegerType(), False),
+        *(
+            StructField(name, LongType(), False)
+            for name in (
+                "anchor_timestamp_ms",
+                "position",
+                "slice_start",
+                "slice_end",
+                "log_start",
+                "log_end",
+            )
+        ),
+    ]
 )
 
 
@@ -328,4 +343,4 @@ def _slices_df(
         )
         for (t, p, ts), s in slices.items()
     ]
-    return spark.createDataFrame(rows, SLICES_SCHEMA)
+    return local_df(spark, rows, SLICES_SCHEMA)
