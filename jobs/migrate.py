@@ -1,8 +1,8 @@
 """spark-submit entry point: exact consumer-group migration between two clusters.
 
     ./spark-submit.sh migrate --config FILE [--execute] [--allow-active-source]
-        [--allow-rewind] [--wait DURATION] [-o table|json|csv] [--export-dir DIR]
-        [--set KEY=VALUE ...]
+        [--allow-rewind] [--max-duplicates N] [--wait DURATION] [-o table|json|csv]
+        [--export-dir DIR] [--set KEY=VALUE ...]
     ./spark-submit.sh migrate --config FILE --rollback RUN_ID [--execute]
 
 Dry run unless --execute. Exit 0 when every selected group was migrated or already was (dry
@@ -13,6 +13,7 @@ usage or config errors.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -45,10 +46,18 @@ PLAN_COLUMNS = [
     "previous_offset",
     "status",
     "candidate_count",
+    "duplicates",
+    "unplaced",
     "group_status",
     "note",
 ]
 WAIT_INTERVAL_S = 10.0
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def parse_args(argv: list[str]):  # noqa: ANN201
@@ -61,6 +70,14 @@ def parse_args(argv: list[str]):  # noqa: ANN201
         action="store_true",
         help="DANGEROUS: move destination groups that are ahead of the plan back to it "
         "(their consumers will read those records again)",
+    )
+    parser.add_argument(
+        "--max-duplicates",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="topics with another partition count on the destination: commit a group even if "
+        "its consumers would receive up to N records a second time (default 0)",
     )
     parser.add_argument(
         "--wait",
@@ -95,7 +112,7 @@ def main(argv: list[str]) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     progress(f"{len(disc.groups)} groups selected, {len(disc.refusals)} refused")
     plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
-    decisions = migrate.decide(plan, args.allow_rewind)
+    decisions = migrate.decide(plan, args.allow_rewind, args.max_duplicates)
     deadline = time.monotonic() + wait_s
     while pending := {g for g, d in decisions.items() if d.status == decisions_of.PENDING}:
         left = deadline - time.monotonic()
@@ -108,7 +125,7 @@ def main(argv: list[str]) -> int:
         time.sleep(min(left, WAIT_INTERVAL_S))
         again = migrate.discover(src, dst, cfg, args.allow_active_source, only=pending)
         plan = plan.merged(migrate.build_plan(spark, src, dst, again, cfg, progress))
-        decisions = migrate.decide(plan, args.allow_rewind)
+        decisions = migrate.decide(plan, args.allow_rewind, args.max_duplicates)
 
     ledger = Ledger(spark, cfg.ledger.path, new_run_id("migrate"), "migrate", args.execute)
     if args.execute:

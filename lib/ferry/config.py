@@ -57,6 +57,7 @@ class TopicSelection(Selection):
 
 
 SEARCH_MODES = ("narrow", "full")
+PARTITIONING_MODES = ("auto", "same", "reconcile")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,19 @@ class MatchingConfig:
     # narrow: read outward from each anchor until decided (ferry.migrate.search); full: read
     # every anchor's whole window
     search: str = "narrow"
+    # (source topic regex, same|reconcile|auto) rules, first match wins; auto: reconcile when
+    # the destination topic's partition count differs (ferry.migrate.reconcile)
+    partitioning: tuple[tuple[str, str], ...] = ((".*", "auto"),)
+    # reconcile mode: a group whose frontier band (earliest unconsumed .. latest consumed
+    # record, plus the windows) is wider than this is not planned
+    max_band_ms: int = 3_600_000
+
+    def partitioning_for(self, topic: str) -> str:
+        """same, reconcile or auto for a source topic."""
+        for pattern, mode in self.partitioning:
+            if re.search(pattern, topic):
+                return mode
+        return "auto"
 
 
 @dataclass(frozen=True)
@@ -320,6 +334,8 @@ def _matching(d: dict, s: str) -> MatchingConfig:
         raise ConfigError(f"{s}.search must be one of {', '.join(SEARCH_MODES)}, got {search!r}")
     return MatchingConfig(
         search=search,
+        partitioning=_partitioning(d.get("partitioning", "auto"), f"{s}.partitioning"),
+        max_band_ms=_as_int(d.get("max_band_ms", default.max_band_ms), f"{s}.max_band_ms", 1),
         window_before_ms=_as_int(
             d.get("window_before_ms", default.window_before_ms), f"{s}.window_before_ms", 0
         ),
@@ -330,6 +346,30 @@ def _matching(d: dict, s: str) -> MatchingConfig:
         hash=hash_fields,
         ignore_headers=_as_str_tuple(d.get("ignore_headers", []), f"{s}.ignore_headers"),
     )
+
+
+def _partitioning(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+    """`auto|same|reconcile` for every topic, or a list of {match: REGEX, mode: MODE} rules."""
+    modes = ", ".join(PARTITIONING_MODES)
+    if isinstance(value, str):
+        if value not in PARTITIONING_MODES:
+            raise ConfigError(f"{path} must be one of {modes}, got {value!r}")
+        return ((".*", value),)
+    if not isinstance(value, list):
+        raise ConfigError(f"{path} must be one of {modes}, or a list of {{match, mode}}")
+    rules = []
+    for i, rule in enumerate(value):
+        where = f"{path}[{i}]"
+        if not isinstance(rule, dict) or set(rule) != {"match", "mode"}:
+            raise ConfigError(f"{where} must have exactly the keys match and mode")
+        if rule["mode"] not in PARTITIONING_MODES:
+            raise ConfigError(f"{where} must be one of {modes}, got {rule['mode']!r}")
+        try:
+            re.compile(str(rule["match"]))
+        except re.error as exc:
+            raise ConfigError(f"{where}.match is not a valid regex: {exc}") from None
+        rules.append((str(rule["match"]), str(rule["mode"])))
+    return tuple(rules)
 
 
 def _reader(d: dict, s: str) -> ReaderConfig:

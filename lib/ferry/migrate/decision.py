@@ -1,7 +1,8 @@
 """Decide: per group, from the plan alone, whether it would be written and why not.
 
-A group is written only when every one of its partitions resolved and the write moves the
-destination group forward (`ferry.commit.forward_decision` over the offsets it has now): a
+A group is written only when every one of its partitions resolved (a reconciled topic: with no
+more duplicates than `--max-duplicates` allows) and the write moves the destination group
+forward (`ferry.commit.forward_decision` over the offsets it has now): a
 group already at or past the plan everywhere is `ALREADY_MIGRATED` and left alone, one ahead
 on some partitions and behind on others is `REFUSED` unless `--allow-rewind`. The same rule is
 applied again right before each write, with the offsets the group has at that moment.
@@ -50,8 +51,10 @@ class GroupDecision:
         return self.status == READY
 
 
-def decide(plan: Plan, allow_rewind: bool) -> dict[str, GroupDecision]:
-    """One decision per planned group (pure: plan rows carry the destination's offsets)."""
+def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str, GroupDecision]:
+    """One decision per planned group (pure: plan rows carry the destination's offsets). A
+    group on a reconciled topic whose consumers would or might receive more than
+    `max_duplicates` records a second time (duplicates + unplaced records) is REFUSED."""
     out: dict[str, GroupDecision] = {}
     by_group = plan.by_group()
     for group in plan.groups():
@@ -81,9 +84,29 @@ def decide(plan: Plan, allow_rewind: bool) -> dict[str, GroupDecision]:
             )
         elif decision == commit.DECISION_MIXED:
             out[group] = GroupDecision(group, REFUSED, reason, {})
+        elif (again := _delivered_again(rows)) > max_duplicates:
+            out[group] = GroupDecision(group, REFUSED, _duplicates_message(rows, again), {})
         else:
             out[group] = GroupDecision(group, READY, None, targets)
     return out
+
+
+def _delivered_again(rows: list[dict]) -> int:
+    return sum((r.get("duplicates") or 0) + (r.get("unplaced") or 0) for r in rows)
+
+
+def _duplicates_message(rows: list[dict], again: int) -> str:
+    where = sorted(
+        f"{r['dst_topic']}[{r['dst_partition']}]"
+        for r in rows
+        if r.get("duplicates") or r.get("unplaced")
+    )
+    unplaced = sum(r.get("unplaced") or 0 for r in rows)
+    maybe = f" ({unplaced} of them identical records that cannot be told apart)" if unplaced else ""
+    return (
+        f"{again} duplicates{maybe}: records its consumers already read would be delivered again "
+        f"on {', '.join(where)}; pass --max-duplicates {again} to accept"
+    )
 
 
 def exit_code(statuses: Mapping[str, str]) -> int:

@@ -30,6 +30,12 @@ class Discovery:
     missing: dict[tuple[str, TopicPartitionKey], str] = field(default_factory=dict)
     source_bounds: dict[TopicPartitionKey, tuple[int, int]] = field(default_factory=dict)
     destination_bounds: dict[TopicPartitionKey, tuple[int, int]] = field(default_factory=dict)
+    # source topic -> (source, destination partition count), for topics planned by
+    # `ferry.migrate.reconcile` (records not in the same partitions on both sides)
+    reconcile_topics: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def is_reconciled(self, topic: str) -> bool:
+        return topic in self.reconcile_topics
 
 
 A = TypeVar("A")
@@ -104,7 +110,11 @@ def discover(
             )
         for topic, partition in disc.committed[group]:
             dst_topic = cfg.topics.destination_topic(topic)
-            if dst_topic not in dst_topics:
+            mode = cfg.matching.partitioning_for(topic)
+            is_resized = dst_topics.get(dst_topic) != src_topics[topic]
+            if dst_topic in dst_topics and (mode == "reconcile" or (mode == "auto" and is_resized)):
+                disc.reconcile_topics[topic] = (src_topics[topic], dst_topics[dst_topic])
+            elif dst_topic not in dst_topics:
                 disc.missing[(group, (topic, partition))] = f"topic {dst_topic} not on destination"
             elif partition >= dst_topics[dst_topic]:
                 disc.missing[(group, (topic, partition))] = (
@@ -117,8 +127,12 @@ def discover(
         (cfg.topics.destination_topic(t), p)
         for g in active
         for (t, p) in disc.committed[g]
-        if (g, (t, p)) not in disc.missing
+        if (g, (t, p)) not in disc.missing and not disc.is_reconciled(t)
     }
+    # Reconciled topics: every partition on both sides (records move between partitions).
+    for topic, (n_src, n_dst) in disc.reconcile_topics.items():
+        needed |= {(topic, p) for p in range(n_src)}
+        dst_needed |= {(cfg.topics.destination_topic(topic), q) for q in range(n_dst)}
     disc.source_bounds, disc.destination_bounds = _both(
         lambda: kafka_admin.watermarks(src, needed), lambda: kafka_admin.watermarks(dst, dst_needed)
     )
@@ -126,13 +140,13 @@ def discover(
 
 
 def committed_rows(disc: Discovery, cfg: FerryConfig) -> list[dict]:
-    """One row per group × source partition that matching should resolve."""
+    """One row per group × source partition that exact matching should resolve."""
     rows = []
     for group in disc.groups:
         if group in disc.refusals:
             continue
         for (topic, partition), offset in sorted(disc.committed[group].items()):
-            if (group, (topic, partition)) in disc.missing:
+            if (group, (topic, partition)) in disc.missing or disc.is_reconciled(topic):
                 continue
             start, end = disc.source_bounds[(topic, partition)]
             rows.append(

@@ -25,6 +25,7 @@ from ferry.migrate.extract import (
     with_segments,
 )
 from ferry.migrate.ranges import RangeBook
+from ferry.migrate.reconcile import plan_reconciled
 from ferry.session import local_df
 
 # Partition statuses added outside matching (refusals and missing destinations).
@@ -64,8 +65,15 @@ class Plan:
         replanned = set(newer.groups())
         rows = [r for r in self.rows if r["group"] not in replanned] + newer.rows
         notes = {g: n for g, n in self.group_notes.items() if g not in replanned}
-        rows.sort(key=lambda r: (r["group"], r["src_topic"], r["src_partition"]))
+        rows.sort(key=row_order)
         return Plan(rows, {**notes, **newer.group_notes})
+
+
+def row_order(row: dict) -> tuple:
+    """Group, source topic, then source partition (exact rows) or destination partition
+    (reconciled rows, which have no source partition)."""
+    partition = row["src_partition"]
+    return (row["group"], row["src_topic"], partition is None, partition or 0, row["dst_partition"])
 
 
 def build_plan(
@@ -126,12 +134,13 @@ def build_plan(
             matching.resolve(anchors_df, candidates_df, bounds_df, cfg.matching.window_after_ms)
         )
         progress("matching anchors to destination records")
-        plan_rows = [r.asDict() for r in plan_df.collect()]
+        plan_rows = [{**r.asDict(), "note": None} for r in plan_df.collect()]
+    if disc.reconcile_topics:
+        plan_rows += plan_reconciled(spark, src, dst, disc, cfg, progress)
     for r in plan_rows:
         r["previous_offset"] = disc.previous.get(r["group"], {}).get(
             (r["dst_topic"], r["dst_partition"])
         )
-        r["note"] = None
     for (group, (topic, partition)), reason in sorted(disc.missing.items()):
         if group not in disc.refusals:
             plan_rows.append(
@@ -146,7 +155,7 @@ def build_plan(
     for group in disc.groups:
         if not disc.committed[group] and group not in notes:
             notes[group] = "no committed offsets on the selected topics: nothing to migrate"
-    plan_rows.sort(key=lambda r: (r["group"], r["src_topic"], r["src_partition"]))
+    plan_rows.sort(key=row_order)
     return Plan(plan_rows, notes)
 
 
