@@ -235,8 +235,9 @@ def reconciled_offsets(placed_df: DataFrame, partitions_df: DataFrame) -> DataFr
 
 
 def missing_consumed(classes_df: DataFrame, dst_counted_df: DataFrame) -> DataFrame:
-    """Per group and destination topic: consumed band records with no copy on the destination yet. Where identical
-    records can be told apart by order, the first c copies must be there; otherwise all n."""
+    """Per group and destination topic: consumed band records with no copy on the destination
+    yet. Where identical records can be told apart by order, the first c copies must be there;
+    otherwise all n."""
     m = dst_counted_df.groupBy(F.col("topic").alias("dst_topic"), *IDENTITY).agg(
         F.count("*").alias("m"),
         (F.min("partition") == F.max("partition")).alias("is_one_destination_partition"),

@@ -69,6 +69,8 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
             bad = sorted({r["status"] for r in unresolved})
             status = PENDING if bad == [matching.STATUS_PENDING] else UNRESOLVED
             message = f"{len(unresolved)} of {len(rows)} partitions unresolved ({', '.join(bad)})"
+            if notes := sorted({r["note"] for r in unresolved if r.get("note")}):
+                message += f": {notes[0]}"
             out[group] = GroupDecision(group, status, message, {})
             continue
         targets = {(r["dst_topic"], r["dst_partition"]): r["destination_offset"] for r in rows}

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry import reconcile
+from ferry import kafka_admin, reconcile
 from ferry.config import FerryConfig
 from ferry.kafka_admin import Cluster, TopicPartitionKey
 from ferry.migrate.discover import Discovery
@@ -201,10 +201,16 @@ def _reconcile(spark, src, dst, disc, cfg, positions_df, bands, progress):  # no
             src_windows[(b.topic, p)].append((b.lo_ms, b.hi_ms + 1))
         for q in range(n_dst):
             dst_windows[(b.dst_topic, q)].append((b.lo_ms, b.hi_ms + 1))
-    src_df = _read_band(spark, src, src_windows, disc.source_bounds, cfg, "source", progress)
+    # The destination first, then the source up to its log end as it is now: every record
+    # the replicator had copied when the destination was read has its source record read too
+    # (on a live source a record produced after discovery is otherwise unplaced).
     dst_df = _read_band(
         spark, dst, dst_windows, disc.destination_bounds, cfg, "destination", progress
     )
+    dst_df.count()
+    now = kafka_admin.watermarks(src, src_windows)
+    src_bounds = {tp: (disc.source_bounds[tp][0], end) for tp, (_, end) in now.items()}
+    src_df = _read_band(spark, src, src_windows, src_bounds, cfg, "source", progress)
     bands_df = local_df(
         spark,
         [(b.group, b.topic, b.dst_topic, b.lo_ms, b.hi_ms) for b in bands.values()],
