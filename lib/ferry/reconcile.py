@@ -37,24 +37,6 @@ UNCONSUMED = "unconsumed"
 UNPLACED = "unplaced"
 
 IDENTITY = ["sha256", "timestamp_ms"]
-FRONTIER_COLUMNS = [
-    "group",
-    "topic",
-    "lo_timestamp_ms",
-    "lo_partition",
-    "hi_timestamp_ms",
-    "hi_partition",
-    "unknown_partition",
-]
-RECONCILED_COLUMNS = [
-    "group",
-    "dst_topic",
-    "dst_partition",
-    "destination_offset",
-    "duplicates",
-    "unplaced",
-    "records_read",
-]
 
 
 def with_frontier(positions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
@@ -199,38 +181,30 @@ def reconciled_offsets(placed_df: DataFrame, partitions_df: DataFrame) -> DataFr
     partition of every group's topic, read or not (a partition with nothing read resumes at
     its log end: all of it is older than the band).
     """
+    keys = ["group", "dst_topic", "dst_partition"]
     is_consumed = F.col("placement") == CONSUMED
-    first_not_consumed = placed_df.groupBy("group", "dst_topic", "dst_partition").agg(
-        F.min(F.when(~is_consumed, F.col("offset"))).alias("first_not_consumed"),
-        F.count("*").alias("records_read"),
+    first_not_consumed = F.min(F.when(~is_consumed, F.col("offset"))).over(
+        Window.partitionBy(*keys)
     )
-    with_d = partitions_df.join(
-        first_not_consumed, ["group", "dst_topic", "dst_partition"], "left"
-    ).withColumn("destination_offset", F.coalesce("first_not_consumed", "dst_log_end_offset"))
-    counts = (
-        placed_df.join(
-            with_d.select("group", "dst_topic", "dst_partition", "destination_offset"),
-            ["group", "dst_topic", "dst_partition"],
-        )
-        .filter(F.col("offset") >= F.col("destination_offset"))
-        .groupBy("group", "dst_topic", "dst_partition")
+    # One pass: every record beside its partition's first not-consumed offset (none: D_q is
+    # the log end, and nothing read lies at or past it).
+    is_past = F.col("offset") >= F.col("first_not_consumed")
+    per_partition = (
+        placed_df.withColumn("first_not_consumed", first_not_consumed)
+        .groupBy(*keys)
         .agg(
-            F.count(F.when(is_consumed, 1)).alias("duplicates"),
-            F.count(F.when(F.col("placement") == UNPLACED, 1)).alias("unplaced"),
+            F.first("first_not_consumed").alias("first_not_consumed"),
+            F.count(F.when(is_past & is_consumed, 1)).alias("duplicates"),
+            F.count(F.when(is_past & (F.col("placement") == UNPLACED), 1)).alias("unplaced"),
+            F.count("*").alias("records_read"),
         )
     )
-    return (
-        with_d.join(counts, ["group", "dst_topic", "dst_partition"], "left")
-        .select(
-            "group",
-            "dst_topic",
-            "dst_partition",
-            "destination_offset",
-            F.coalesce("duplicates", F.lit(0)).alias("duplicates"),
-            F.coalesce("unplaced", F.lit(0)).alias("unplaced"),
-            F.coalesce("records_read", F.lit(0)).alias("records_read"),
-        )
-        .select(*RECONCILED_COLUMNS)
+    return partitions_df.join(per_partition, keys, "left").select(
+        *keys,
+        F.coalesce("first_not_consumed", "dst_log_end_offset").alias("destination_offset"),
+        F.coalesce("duplicates", F.lit(0)).alias("duplicates"),
+        F.coalesce("unplaced", F.lit(0)).alias("unplaced"),
+        F.coalesce("records_read", F.lit(0)).alias("records_read"),
     )
 
 
