@@ -192,7 +192,8 @@ def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict: 
         "src_partition": partition,
         "committed_offset": disc.committed[group][(topic, partition)],
         "dst_topic": cfg.topics.destination_topic(topic),
-        "dst_partition": partition,
+        # a reconciled topic's records are not in the same partitions on the destination
+        "dst_partition": None if disc.is_reconciled(topic) else partition,
         "anchor_kind": None,
         "anchor_offset": None,
         "anchor_timestamp_ms": None,
