@@ -55,6 +55,7 @@ bench: install
 	$(PY) bench/migrate_bench.py
 	$(PY) bench/lag_bench.py
 	$(PY) bench/groups_bench.py
+	$(PY) bench/reconcile_bench.py --records 4000
 
 lint: install
 	$(VENV)/bin/ruff check .

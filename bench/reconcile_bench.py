@@ -42,13 +42,10 @@ from migrate_bench import load_migrate_job  # noqa: E402
 
 from ferry.cli import run  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
-from ferry.testing.produce import Record, commit_offsets, create_topics  # noqa: E402
-from ferry.testing.replicate import SourceRecord, produce_ordered, replicate  # noqa: E402
+from ferry.testing.produce import Record, commit_offsets, create_topics, produce  # noqa: E402
+from ferry.testing.replicate import SourceRecord, replicate  # noqa: E402
 
 TOPIC = "orders"
-# The local broker answers a fetch of many large partitions (a probe reads every partition at
-# once) in more than the default 30 s when it is busy: a slow answer is not a lost broker here.
-READER_TIMEOUT_MS = 300_000
 SAME = "same.orders"
 
 
@@ -69,7 +66,7 @@ def produce_partitions(
     """Every partition's records, `threads` partitions at a time; partition → offsets."""
 
     def one(p: int) -> tuple[int, list[int]]:
-        return p, produce_ordered(config, topic, p, per_partition[p], in_flight)
+        return p, produce(config, topic, p, per_partition[p], in_flight)
 
     with ThreadPoolExecutor(threads) as pool:
         return dict(pool.map(one, sorted(per_partition)))
@@ -157,7 +154,6 @@ def write_config(  # noqa: ANN001
         f"groups:\n  include: ['bench-.*']\n"
         f"topics:\n  include: ['{TOPIC}']\n{rename_rule}"
         f"matching:\n  partitioning: {partitioning}\n  hash: [key, value]\n{windows}"
-        f"reader:\n  timeout_ms: {READER_TIMEOUT_MS}\n"
         f"ledger:\n  path: {path.parent / ('ledger-' + partitioning)}\n"
     )
 

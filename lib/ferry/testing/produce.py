@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 Header = tuple[str, bytes | None]
 
@@ -38,8 +39,12 @@ def produce(
     topic: str,
     partition: int,
     records: Iterable[Record],
+    max_in_flight: int = 1,
 ) -> list[int]:
-    """Produce records in order to one partition, one per batch; returns their offsets."""
+    """Produce records in order to one partition, one per batch; returns their offsets, in
+    record order. More than one request in flight is faster; without idempotence only the
+    absence of retries keeps the order then, so the offsets are checked to grow in record
+    order and an error is raised otherwise."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -47,7 +52,7 @@ def produce(
             **config,
             "linger.ms": 0,
             "batch.num.messages": 1,
-            "max.in.flight.requests.per.connection": 1,
+            "max.in.flight.requests.per.connection": max_in_flight,
             "enable.idempotence": False,
             "message.max.bytes": 8_000_000,
         }
@@ -55,11 +60,14 @@ def produce(
     offsets: list[int] = []
     errors: list[str] = []
 
-    def on_delivery(err, msg) -> None:  # noqa: ANN001 - librdkafka callback
-        if err is not None:
-            errors.append(str(err))
-        else:
-            offsets.append(msg.offset())
+    def on_delivery(index: int):  # noqa: ANN202 - a librdkafka callback for one record
+        def done(err, msg) -> None:  # noqa: ANN001
+            if err is not None:
+                errors.append(str(err))
+            else:
+                offsets[index] = msg.offset()
+
+        return done
 
     for record in records:
         kwargs = {}
@@ -67,6 +75,8 @@ def produce(
             kwargs["timestamp"] = record.timestamp_ms
         if record.headers:
             kwargs["headers"] = list(record.headers)
+        offsets.append(-1)
+        callback = on_delivery(len(offsets) - 1)
         while True:
             try:
                 producer.produce(
@@ -74,18 +84,20 @@ def produce(
                     key=record.key,
                     value=record.value,
                     partition=partition,
-                    on_delivery=on_delivery,
+                    on_delivery=callback,
                     **kwargs,
                 )
                 break
             except BufferError:
-                producer.poll(0.1)
+                producer.poll(0.05)
         producer.poll(0)
-    remaining = producer.flush(60)
+    remaining = producer.flush(120)
     if errors or remaining:
         raise RuntimeError(
             f"produce to {topic}[{partition}] failed: {errors[:3]} ({remaining} left)"
         )
+    if (offsets and offsets[0] < 0) or any(b <= a for a, b in pairwise(offsets)):
+        raise RuntimeError(f"produce to {topic}[{partition}]: records landed out of order")
     return offsets
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ferry.testing.produce import Header, Record
+from ferry.testing.produce import Header, Record, produce
 
 Location = tuple[int, int]  # (partition, offset)
 
@@ -232,75 +232,6 @@ def plan_destination(
     return per_partition
 
 
-def produce_ordered(
-    config: Mapping[str, str],
-    topic: str,
-    partition: int,
-    records: Iterable[Record],
-    max_in_flight: int = 1,
-) -> list[int]:
-    """Produce `records` to one partition in order, one per batch; returns their offsets, in
-    record order. Like `ferry.testing.produce.produce`, with `max_in_flight` requests in
-    flight (more is faster; without idempotence only the absence of retries keeps the order,
-    so the offsets are checked to grow in record order and an error is raised otherwise)."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            **config,
-            "linger.ms": 0,
-            "batch.num.messages": 1,
-            "max.in.flight.requests.per.connection": max_in_flight,
-            "enable.idempotence": False,
-            "message.max.bytes": 8_000_000,
-        }
-    )
-    offsets: list[int] = []
-    errors: list[str] = []
-
-    def on_delivery(index: int):  # noqa: ANN202 - librdkafka callback
-        def done(err, msg) -> None:  # noqa: ANN001
-            if err is not None:
-                errors.append(str(err))
-            else:
-                offsets[index] = msg.offset()
-
-        return done
-
-    for record in records:
-        kwargs = {}
-        if record.timestamp_ms is not None:
-            kwargs["timestamp"] = record.timestamp_ms
-        if record.headers:
-            kwargs["headers"] = list(record.headers)
-        offsets.append(-1)
-        callback = on_delivery(len(offsets) - 1)
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    key=record.key,
-                    value=record.value,
-                    partition=partition,
-                    on_delivery=callback,
-                    **kwargs,
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    remaining = producer.flush(120)
-    if errors or remaining:
-        raise RuntimeError(
-            f"produce to {topic}[{partition}] failed: {errors[:3]} ({remaining} left)"
-        )
-    if any(b <= a for a, b in zip(offsets, offsets[1:], strict=False)) or (
-        offsets and offsets[0] < 0
-    ):
-        raise RuntimeError(f"produce to {topic}[{partition}]: records landed out of order")
-    return offsets
-
-
 def replicate(
     src_config: Mapping[str, str],
     src_topic: str,
@@ -319,7 +250,8 @@ def replicate(
     returns (src_partition, src_offset) → (dst_partition, dst_offset) for every record copied.
 
     Each destination partition is produced by its own producer, one record per batch and
-    `max_in_flight` requests in flight (see `produce_ordered`), so its order is the copy order;
+    `max_in_flight` requests in flight (`ferry.testing.produce.produce` checks that the order
+    held), so its order is the copy order;
     `threads` partitions are produced at a time.
     """
     if records is None:
@@ -331,7 +263,7 @@ def replicate(
         rows = per_partition[q]
         if not rows:
             return []
-        offsets = produce_ordered(
+        offsets = produce(
             dst_config,
             dst_topic,
             q,
