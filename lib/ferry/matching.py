@@ -73,6 +73,12 @@ PLAN_COLUMNS = [
 ]
 
 
+def plan_row(**values: object) -> dict:
+    """A plan row made outside matching (refusals, missing destinations, reconciled topics):
+    every plan column empty, unresolved, then `values`."""
+    return {**dict.fromkeys(PLAN_COLUMNS), "is_resolved": False, "note": None, **values}
+
+
 def _empty_hashes() -> Column:
     return F.array().cast("array<binary>")
 

@@ -186,24 +186,15 @@ def _read_windows(spark, dst, anchors_df, dst_bounds, cfg, progress):  # noqa: A
 
 
 def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict:  # noqa: ANN001
-    return {
-        "group": group,
-        "src_topic": topic,
-        "src_partition": partition,
-        "committed_offset": disc.committed[group][(topic, partition)],
-        "dst_topic": cfg.topics.destination_topic(topic),
+    return matching.plan_row(
+        group=group,
+        src_topic=topic,
+        src_partition=partition,
+        committed_offset=disc.committed[group][(topic, partition)],
+        dst_topic=cfg.topics.destination_topic(topic),
         # a reconciled topic's records are not in the same partitions on the destination
-        "dst_partition": None if disc.is_reconciled(topic) else partition,
-        "anchor_kind": None,
-        "anchor_offset": None,
-        "anchor_timestamp_ms": None,
-        "anchor_sha256": None,
-        "candidate_count": None,
-        "match_before": None,
-        "match_after": None,
-        "destination_offset": None,
-        "status": status,
-        "is_resolved": False,
-        "previous_offset": None,
-        "note": reason,
-    }
+        dst_partition=None if disc.is_reconciled(topic) else partition,
+        status=status,
+        previous_offset=None,
+        note=reason,
+    )

@@ -26,6 +26,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from ferry import kafka_admin, reconcile
 from ferry.config import FerryConfig
 from ferry.kafka_admin import Cluster, TopicPartitionKey
+from ferry.matching import plan_row
 from ferry.migrate.discover import Discovery
 from ferry.migrate.extract import read_records, union_records, window_offsets
 from ferry.migrate.ranges import RangeBook, merge_intervals
@@ -266,27 +267,9 @@ def _read_band(
 
 
 def _row(group: str, topic: str, dst_topic: str, q: int) -> dict:
-    return {
-        "group": group,
-        "src_topic": topic,
-        "src_partition": None,
-        "committed_offset": None,
-        "dst_topic": dst_topic,
-        "dst_partition": q,
-        "anchor_kind": "reconcile",
-        "anchor_offset": None,
-        "anchor_timestamp_ms": None,
-        "anchor_sha256": None,
-        "candidate_count": None,
-        "match_before": None,
-        "match_after": None,
-        "destination_offset": None,
-        "status": None,
-        "is_resolved": False,
-        "duplicates": None,
-        "unplaced": None,
-        "note": None,
-    }
+    return plan_row(
+        group=group, src_topic=topic, dst_topic=dst_topic, dst_partition=q, anchor_kind="reconcile"
+    )
 
 
 def _iso(ms: int | None) -> str:
