@@ -53,6 +53,25 @@ def ledger_rows(path) -> list[dict]:  # noqa: ANN001 - str or Path
     return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
 
 
+def write_migrate_config(directory: Path, src, dst, prefix: str, **sections: dict) -> str:  # noqa: ANN001
+    """A migrate config in `directory`: both clusters, groups and topics selected by
+    `prefix-.*`, a ledger beside it, and each of `sections` merged into its section."""
+    import yaml
+
+    config: dict[str, dict] = {
+        "source": {"bootstrap.servers": src.bootstrap},
+        "destination": {"bootstrap.servers": dst.bootstrap},
+        "groups": {"include": [f"{prefix}-.*"]},
+        "topics": {"include": [f"{prefix}-.*"]},
+        "ledger": {"path": str(Path(directory) / "ledger")},
+    }
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    path = Path(directory) / "migrate.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return str(path)
+
+
 def join_group(config: dict, group: str, topic: str):  # noqa: ANN201 - a confluent Consumer
     """A live member of `group` subscribed to `topic` (an active group), once it has its
     assignment or 20 s have passed."""

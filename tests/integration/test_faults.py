@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from ferry.testing.brokers import start_broker
 from ferry.testing.produce import commit_offsets, create_topics, produce
 from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_FETCH, API_OFFSET_COMMIT
 
-from .jobrunner import ROOT, group_statuses, ledger_rows, run_job
+from .jobrunner import ROOT, group_statuses, ledger_rows, run_job, write_migrate_config
 from .test_migrate import committed, replicate, unique_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -71,25 +70,7 @@ def _world(src, dst, tmp_path: Path, unique: str, **settings: int) -> tuple[str,
     for key, value in tuning.items():
         section, name = key.split(".")
         sections.setdefault(section, {})[name] = value
-    extra = "\n".join(
-        f"{s}:\n" + "\n".join(f"  {k}: {v}" for k, v in kv.items()) for s, kv in sections.items()
-    )
-    path = tmp_path / "migrate.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            source:
-              bootstrap.servers: {src.bootstrap}
-            destination:
-              bootstrap.servers: {dst.bootstrap}
-            groups:
-              include: ['{unique}-.*']
-            """
-        )
-        + extra
-        + f"\nledger:\n  path: {tmp_path / 'ledger'}\n"
-    )
-    return str(path), expected
+    return write_migrate_config(tmp_path, src, dst, unique, **sections), expected
 
 
 def test_connections_dropped_mid_run_still_migrate_exactly(proxied, tmp_path, unique):

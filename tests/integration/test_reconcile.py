@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -26,7 +25,7 @@ from ferry.testing.replicate import (
     replicate,
 )
 
-from .jobrunner import run_job
+from .jobrunner import run_job, write_migrate_config
 
 pytestmark = pytest.mark.integration
 
@@ -35,30 +34,15 @@ Location = tuple[int, int]
 
 
 def write_config(tmp_path, src, dst, unique: str, partitioning: str = "auto") -> str:
-    path = tmp_path / "migrate.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            source:
-              bootstrap.servers: {src.bootstrap}
-            destination:
-              bootstrap.servers: {dst.bootstrap}
-            groups:
-              include: ['{unique}-.*']
-            topics:
-              include: ['{unique}-.*']
-              rename:
-                - match: '^{unique}-renamed$'
-                  replace: 'mm2.{unique}-renamed'
-            matching:
-              hash: [key, value]
-              partitioning: {partitioning}
-            ledger:
-              path: {tmp_path / "ledger"}
-            """
-        )
+    rename = {"match": f"^{unique}-renamed$", "replace": f"mm2.{unique}-renamed"}
+    return write_migrate_config(
+        tmp_path,
+        src,
+        dst,
+        unique,
+        topics={"rename": [rename]},
+        matching={"hash": ["key", "value"], "partitioning": partitioning},
     )
-    return str(path)
 
 
 def migrate(cfg: str, *flags: str):  # noqa: ANN201 - a JobResult

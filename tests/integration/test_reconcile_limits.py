@@ -5,39 +5,17 @@ then resolved), and groups that may not be written."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
-from .jobrunner import run_job
+from .jobrunner import run_job, write_migrate_config
 
 pytestmark = pytest.mark.integration
 
 BASE = 1_760_000_000_000
 HOUR = 3_600_000
-
-
-def write_config(tmp_path, src, dst, unique) -> str:
-    path = tmp_path / "migrate.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            source:
-              bootstrap.servers: {src.bootstrap}
-            destination:
-              bootstrap.servers: {dst.bootstrap}
-            groups:
-              include: ['{unique}-.*']
-            topics:
-              include: ['{unique}-.*']
-            ledger:
-              path: {tmp_path / "ledger"}
-            """
-        )
-    )
-    return str(path)
 
 
 def rows_of(result) -> dict[tuple[str, int], dict]:
@@ -80,7 +58,7 @@ def test_no_position_and_band_too_wide_are_unresolved(tmp_path, clusters, unique
     # interleave over an hour.
     commit_offsets(conf, f"{unique}-apart", {(topic, 0): 3, (topic, 1): 5})
     commit_offsets(conf, f"{unique}-drained", {(topic, 0): 6, (topic, 1): 6})
-    cfg = write_config(tmp_path, src, dst, unique)
+    cfg = write_migrate_config(tmp_path, src, dst, unique)
     result = run_job(
         "migrate",
         "--config",
@@ -124,9 +102,7 @@ def test_pending_until_the_replica_copied_what_was_consumed(
     commit_offsets(
         {"bootstrap.servers": src.bootstrap}, f"{unique}-g", {(topic, 0): 6, (topic, 1): 4}
     )
-    cfg = write_config(tmp_path, src, dst, unique)
-    cfg_text = open(cfg).read().replace("ledger:", "matching:\n  max_band_ms: 7200000\nledger:")
-    open(cfg, "w").write(cfg_text)
+    cfg = write_migrate_config(tmp_path, src, dst, unique, matching={"max_band_ms": 7_200_000})
     pending = run_job("migrate", "--config", cfg, "-o", "json", "--execute")
     assert pending.code == 75, pending.stderr
     rows = rows_of(pending)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 import time
 
 import pytest
@@ -23,7 +22,7 @@ from ferry.testing.produce import (
     produce_transactions,
 )
 
-from .jobrunner import run_job
+from .jobrunner import run_job, write_migrate_config
 
 pytestmark = pytest.mark.integration
 
@@ -120,30 +119,15 @@ def world(clusters, tmp_path_factory):
     for group, offsets in groups.items():
         commit_offsets(src.config, group, offsets)
     tmp = tmp_path_factory.mktemp("search")
-    config = tmp / "migrate.yaml"
-    config.write_text(
-        textwrap.dedent(
-            f"""\
-            source:
-              bootstrap.servers: {src.bootstrap}
-            destination:
-              bootstrap.servers: {dst.bootstrap}
-            groups:
-              include: ['{u}-.*']
-            topics:
-              include: ['{u}-.*']
-            matching:
-              window_before_ms: {WINDOW_MS}
-              window_after_ms: {WINDOW_MS}
-              context: {K}
-            ledger:
-              path: {tmp / "ledger"}
-            reader:
-              timeout_ms: 10000
-            """
-        )
+    config = write_migrate_config(
+        tmp,
+        src,
+        dst,
+        u,
+        matching={"window_before_ms": WINDOW_MS, "window_after_ms": WINDOW_MS, "context": K},
+        reader={"timeout_ms": 10000},
     )
-    return {"u": u, "config": str(config), "expected": expected}
+    return {"u": u, "config": config, "expected": expected}
 
 
 def dry_run(world, search: str) -> tuple[dict[str, dict], str]:
