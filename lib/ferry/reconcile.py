@@ -212,10 +212,10 @@ def missing_consumed(classes_df: DataFrame, dst_counted_df: DataFrame) -> DataFr
     """Per group and destination topic: consumed band records with no copy on the destination
     yet. Where identical records can be told apart by order, the first c copies must be there;
     otherwise all n."""
-    m = dst_counted_df.groupBy(F.col("topic").alias("dst_topic"), *IDENTITY).agg(
-        F.count("*").alias("m"),
-        (F.min("partition") == F.max("partition")).alias("is_one_destination_partition"),
-    )
+    # m and the one-partition flag are per identity already: one row of each identity
+    m = dst_counted_df.select(
+        F.col("topic").alias("dst_topic"), *IDENTITY, "m", "is_one_destination_partition"
+    ).distinct()
     joined = classes_df.filter(F.col("c") > 0).join(m, ["dst_topic", *IDENTITY], "left")
     is_ordered = F.col("is_one_source_partition") & F.coalesce(
         F.col("is_one_destination_partition"), F.lit(True)
