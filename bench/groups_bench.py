@@ -34,10 +34,10 @@ from confluent_kafka import Producer
 HERE = Path(__file__).resolve().parent
 os.environ.setdefault("FERRY_MASTER", "local[2]")
 
-from ferry import kafka_admin  # noqa: E402
+from ferry import kafka  # noqa: E402
 from ferry import migrate as migrate_stages  # noqa: E402
 from ferry.cli import run  # noqa: E402
-from ferry.kafka_admin import Cluster  # noqa: E402
+from ferry.kafka.admin import Cluster  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
 from ferry.testing.produce import create_topics  # noqa: E402
 
@@ -172,7 +172,7 @@ def run_migrate(job, config: Path, regex: str, ledger: Path, execute: bool) -> t
 def check_exact(dst: Cluster, groups: dict[str, Offsets], plan: list[dict]) -> int:
     """How many groups are COMMITTED with exactly the expected destination offsets."""
     statuses = {r["group"]: r["group_status"] for r in plan}
-    actual = kafka_admin.committed_offsets(dst, sorted(groups))
+    actual = kafka.committed_offsets(dst, sorted(groups))
     exact = 0
     for group, offsets in groups.items():
         want = {tp: o - REPLICATED_FROM for tp, o in offsets.items()}

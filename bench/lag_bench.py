@@ -37,8 +37,8 @@ from pathlib import Path
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from ferry import kafka_admin, kafka_probes
-from ferry.kafka_admin import Cluster
+from ferry import kafka
+from ferry.kafka.admin import Cluster
 from ferry.testing.brokers import local_brokers
 from ferry.testing.produce import create_topics
 
@@ -140,7 +140,7 @@ def reference_next_records(
     try:
         while by_partition:
             round_ = {tp: offsets.pop() for tp, offsets in by_partition.items()}
-            seen = kafka_probes.first_records_at(cluster, round_, consumer)
+            seen = kafka.first_records_at(cluster, round_, consumer)
             for (t, p), o in round_.items():
                 out[(t, p, o)] = seen.get((t, p))
             by_partition = {tp: offs for tp, offs in by_partition.items() if offs}
@@ -155,7 +155,7 @@ def check_history(path: Path, cluster: Cluster, groups: dict) -> tuple[int, list
     from deltalake import DeltaTable
 
     rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    bounds = kafka_admin.watermarks(cluster, {(r["topic"], r["partition"]) for r in rows})
+    bounds = kafka.watermarks(cluster, {(r["topic"], r["partition"]) for r in rows})
     positions = set()
     for r in rows:
         start, end = bounds[(r["topic"], r["partition"])]

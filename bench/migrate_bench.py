@@ -36,7 +36,7 @@ os.environ.setdefault("FERRY_MASTER", "local[2]")
 from sequential_baseline import raw_read, sequential_migrate  # noqa: E402
 
 from ferry.cli import run  # noqa: E402
-from ferry.kafka_admin import Cluster  # noqa: E402
+from ferry.kafka.admin import Cluster  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
 from ferry.testing.produce import commit_offsets, create_topics  # noqa: E402
 

@@ -15,7 +15,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from ferry.kafka_source import OffsetRange, read_ranges
+from ferry.kafka.source import OffsetRange, read_ranges
 from ferry.session import build_session
 from ferry.testing.brokers import local_brokers
 from ferry.testing.produce import create_topics

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ferry import kafka_admin, kafka_probes
+from ferry import kafka
 from ferry.hashing import record_hasher
-from ferry.kafka_admin import Cluster
+from ferry.kafka.admin import Cluster
 from ferry.migrate.ranges import merge_intervals
 
 HASH = record_hasher(["key", "value"])
@@ -68,7 +68,7 @@ def sequential_migrate(src: Cluster, dst: Cluster, groups: dict, context: int, w
     try:
         for group, offsets in sorted(groups.items()):
             for (topic, partition), c in sorted(offsets.items()):
-                ((ls, le),) = kafka_admin.watermarks(src, [(topic, partition)]).values()
+                ((ls, le),) = kafka.watermarks(src, [(topic, partition)]).values()
                 records = read(sc, topic, partition, max(ls, c - 2 * (k + 1)), min(le, c + k + 1))
                 before = [r for r in records if r[0] < c]
                 after = [r for r in records if r[0] >= c]
@@ -78,11 +78,11 @@ def sequential_migrate(src: Cluster, dst: Cluster, groups: dict, context: int, w
                 anchor = before[-1]
                 src_before = [r[2] for r in reversed(before[:-1])][:k]
                 src_after = [r[2] for r in after][:k]
-                bounds = kafka_admin.watermarks(dst, [(topic, partition)])
-                lo = kafka_probes.offsets_for_timestamps(
+                bounds = kafka.watermarks(dst, [(topic, partition)])
+                lo = kafka.offsets_for_timestamps(
                     dst, {(topic, partition): anchor[1] - window_ms}, bounds
                 )
-                hi = kafka_probes.offsets_for_timestamps(
+                hi = kafka.offsets_for_timestamps(
                     dst, {(topic, partition): anchor[1] + window_ms + 1}, bounds
                 )
                 dls, dle = bounds[(topic, partition)]
@@ -139,7 +139,7 @@ def raw_read(
         ),
     ):
         consumer = _consumer(cluster)
-        bounds = kafka_admin.watermarks(cluster, needs)
+        bounds = kafka.watermarks(cluster, needs)
         try:
             for (topic, partition), cs in sorted(needs.items()):
                 lo, hi = bounds[(topic, partition)]

@@ -28,7 +28,7 @@ import sys
 
 from pyspark import StorageLevel
 
-from ferry import delta, kafka_admin, offsets_topic
+from ferry import delta, kafka, offsets_topic
 from ferry.cli import (
     EXIT_OK,
     ArgumentParser,
@@ -40,9 +40,9 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.kafka_source import OffsetRange, read_ranges
-from ferry.ledger import new_run_id
+from ferry.kafka.source import OffsetRange, read_ranges
 from ferry.session import build_session
+from ferry.write.ledger import new_run_id
 
 DEFAULT_TOPIC = "__consumer_offsets"
 SUMMARY_COLUMNS = ["kind", "records", "deletions", "path"]
@@ -72,10 +72,10 @@ def main(argv: list[str]) -> int:
     progress = Progress(not args.quiet)
     cluster = cfg.client("cluster")
 
-    partitions = kafka_admin.list_topics(cluster, include_internal=True).get(args.topic)
+    partitions = kafka.list_topics(cluster, include_internal=True).get(args.topic)
     if partitions is None:
         raise UsageError(f"topic {args.topic} does not exist on {cluster.name}")
-    bounds = kafka_admin.watermarks(cluster, [(args.topic, p) for p in range(partitions)])
+    bounds = kafka.watermarks(cluster, [(args.topic, p) for p in range(partitions)])
     ranges = [OffsetRange(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items()) if e > s]
     total = sum(r.end - r.start for r in ranges)
     progress(f"reading up to {total} records from {partitions} partitions of {args.topic}")

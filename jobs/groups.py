@@ -11,10 +11,11 @@
 
 SPEC is one of --to-earliest, --to-latest, --to-current, --to-offset N, --shift-by N,
 --to-datetime ISO8601, --by-duration PnDTnHnMnS, --from-file CSV (kafka-consumer-groups
-semantics; see ferry.reset). Changing verbs are dry runs unless --execute; executed changes go
-through the write-ahead ledger at ledger.path (intent before the write, outcome after; dry runs
-of copy/reset/delete are not recorded, rollbacks are, dry or not), so `groups rollback RUN_ID`
-undoes them. A copy only moves an existing group forward (--allow-rewind to move it back).
+semantics; see ferry.groups.reset). Changing verbs are dry runs unless --execute; executed
+changes go through the write-ahead ledger at ledger.path (intent before the write, outcome
+after; dry runs of copy/reset/delete are not recorded, rollbacks are, dry or not), so
+`groups rollback RUN_ID` undoes them. A copy only moves an existing group forward
+(--allow-rewind to move it back).
 Exit 0 when everything asked was done, 1 when something was not, 2 for usage.
 """
 
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from ferry import commit, groups, kafka_admin, kafka_probes, positions, reset, rollback
+from ferry import kafka
 from ferry.cli import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -40,9 +41,11 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.kafka_admin import Cluster
-from ferry.ledger import Ledger, new_run_id
+from ferry.groups import changes, describe, positions, reset
+from ferry.kafka.admin import Cluster
 from ferry.session import build_session
+from ferry.write import commit, rollback
+from ferry.write.ledger import Ledger, new_run_id
 
 CHANGE_COLUMNS = [
     "group",
@@ -122,7 +125,7 @@ def main(argv: list[str]) -> int:
     if getattr(args, "execute", False):
         require(cfg, "ledger.path")
     cluster = cfg.client("cluster")
-    kafka_admin.check_reachable(cluster)  # one clear error instead of a timeout mid-run
+    kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     progress = Progress(not args.quiet)
     handler = {
         "list": list_main,
@@ -137,10 +140,10 @@ def main(argv: list[str]) -> int:
 
 def _selected(cluster: Cluster, pattern: str | None) -> list[str]:
     check_regex("--group", pattern)
-    names = groups.select_groups(cluster, pattern)
+    names = describe.select_groups(cluster, pattern)
     if not names:
         what = f"matches --group {pattern}" if pattern else "exists"
-        raise groups.NoGroupsError(f"no group on {cluster.name} {what}")
+        raise describe.NoGroupsError(f"no group on {cluster.name} {what}")
     return names
 
 
@@ -155,7 +158,7 @@ def _print_summary(text: str, args) -> None:  # noqa: ANN001
 
 def list_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     names = _selected(cluster, args.group)
-    state = groups.fetch_groups(cluster, names)
+    state = describe.fetch_groups(cluster, names)
     rows = []
     for group in names:
         info = state.infos[group]
@@ -178,23 +181,23 @@ def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     check_regex("--topic", args.topic)
     names = _selected(cluster, args.group)
     progress(f"describing {len(names)} groups")
-    state = groups.fetch_groups(cluster, names)
-    rows = groups.position_rows(state, args.topic)
+    state = describe.fetch_groups(cluster, names)
+    rows = describe.position_rows(state, args.topic)
     if not rows:
-        raise groups.NoGroupsError(
+        raise describe.NoGroupsError(
             f"no committed or assigned partitions for the selected groups on {cluster.name}"
         )
     # The session starts while Kafka is read on the driver; neither waits for the other.
     session = positions.start_session("ferry-groups-describe")
-    positions_df, bounds_df, next_df = groups.read_positions(
+    positions_df, bounds_df, next_df = describe.read_positions(
         session, cluster, rows, cfg.reader, progress
     )
-    describe_df = groups.with_lag(positions_df, bounds_df, next_df, int(time.time() * 1000))
+    describe_df = describe.with_lag(positions_df, bounds_df, next_df, int(time.time() * 1000))
     ordered = describe_df.orderBy("group", "topic", "partition")
     detail = [r.asDict() for r in ordered.collect()]
-    totals = [r.asDict() for r in groups.group_totals(describe_df).orderBy("group").collect()]
+    totals = [r.asDict() for r in describe.group_totals(describe_df).orderBy("group").collect()]
     if args.output == "table":
-        emit(detail, groups.DESCRIBE_COLUMNS, "table")
+        emit(detail, describe.DESCRIBE_COLUMNS, "table")
         print()
         emit(totals, TOTAL_COLUMNS, "table")
     elif args.output == "json":
@@ -203,24 +206,24 @@ def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
             by_group[row["group"]]["partitions"].append(row)
         emit_json(list(by_group.values()))
     else:
-        emit(detail, groups.DESCRIBE_COLUMNS, "csv")
+        emit(detail, describe.DESCRIBE_COLUMNS, "csv")
     return EXIT_OK
 
 
-def _execute(args, cfg, cluster, changes, action: str, progress) -> Ledger | None:  # noqa: ANN001
-    """Write the changes through ferry.commit (write-ahead ledger) when --execute."""
+def _execute(args, cfg, cluster, planned, action: str, progress) -> Ledger | None:  # noqa: ANN001
+    """Write the planned through ferry.write.commit (write-ahead ledger) when --execute."""
     if not args.execute:
         return None
     spark = build_session(f"ferry-groups-{action}")
     run_ledger = Ledger(spark, cfg.ledger.path, new_run_id(action), action, True)
-    _write(args, cfg, cluster, changes, run_ledger, progress)
+    _write(args, cfg, cluster, planned, run_ledger, progress)
     return run_ledger
 
 
-def _write(args, cfg, cluster, changes, run_ledger, progress) -> None:  # noqa: ANN001
-    writes = groups.group_writes(changes, cluster, getattr(args, "allow_rewind", False))
+def _write(args, cfg, cluster, planned, run_ledger, progress) -> None:  # noqa: ANN001
+    writes = changes.group_writes(planned, cluster, getattr(args, "allow_rewind", False))
     written = {w.group for w in writes}
-    kept = groups.ledger_rows([c for c in changes if c.group not in written], cluster, True)
+    kept = changes.ledger_rows([c for c in planned if c.group not in written], cluster, True)
     try:
         outcomes = commit.execute_writes(
             cluster,
@@ -240,35 +243,35 @@ def _write(args, cfg, cluster, changes, run_ledger, progress) -> None:  # noqa: 
                 file=sys.stderr,
             )
         raise
-    groups.record_outcomes(changes, outcomes)
+    changes.record_outcomes(planned, outcomes)
 
 
-def _finish(args, cfg, cluster, changes, action: str, run_ledger) -> int:  # noqa: ANN001
+def _finish(args, cfg, cluster, planned, action: str, run_ledger) -> int:  # noqa: ANN001
     """Output, summary and exit code shared by the changing verbs."""
-    for change in changes:
+    for change in planned:
         for warning in change.warnings:
             print(f"warning: {warning}", file=sys.stderr)
-    rows = groups.change_rows(changes, args.execute)
+    rows = changes.change_rows(planned, args.execute)
     if getattr(args, "export", False):
-        with_group = len({c.group for c in changes}) > 1
+        with_group = len({c.group for c in planned}) > 1
         sys.stdout.write(
-            reset.format_offsets_csv([t for c in changes for t in c.targets], with_group)
+            reset.format_offsets_csv([t for c in planned for t in c.targets], with_group)
         )
     else:
         emit(rows, CHANGE_COLUMNS, args.output)
     suffix = ""
     if run_ledger is not None:
         suffix = f"; run {run_ledger.run_id}; ledger {run_ledger.path} via {run_ledger.writer}"
-    failed = [c for c in changes if c.error is not None]
+    failed = [c for c in planned if c.error is not None]
     for change in failed:
         print(f"not done: {change.group}: {change.error}", file=sys.stderr)
     verb = {"copy": "copied", "reset": "reset", "delete": "deleted"}[action]
-    done = len(changes) - len(failed)
+    done = len(planned) - len(failed)
     if args.execute:
-        summary = f"{done} of {len(changes)} groups {verb}{suffix}"
+        summary = f"{done} of {len(planned)} groups {verb}{suffix}"
     else:
         summary = (
-            f"{done} of {len(changes)} groups would be {verb} (dry run; re-run with --execute)"
+            f"{done} of {len(planned)} groups would be {verb} (dry run; re-run with --execute)"
         )
     _print_summary(summary, args)
     return EXIT_OK if not failed else EXIT_INCOMPLETE
@@ -280,23 +283,23 @@ def copy_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
         raise UsageError("--to names a group twice")
     if args.delete_source and args.allow_active_source:
         raise UsageError("--delete-source cannot be combined with --allow-active-source")
-    state = groups.fetch_groups(cluster, [args.source, *args.targets])
-    changes = groups.plan_copy(
+    state = describe.fetch_groups(cluster, [args.source, *args.targets])
+    planned = changes.plan_copy(
         args.source, args.targets, state, args.topic, args.allow_active_source, args.allow_rewind
     )
-    run_ledger = _execute(args, cfg, cluster, changes, "copy", progress)
+    run_ledger = _execute(args, cfg, cluster, planned, "copy", progress)
     if args.delete_source:
         if run_ledger is not None:
-            deleted = groups.delete_source_change(cluster, args.source, changes)
+            deleted = changes.delete_source_change(cluster, args.source, planned)
             if deleted is None:
                 print(f"warning: {args.source} kept: not every copy succeeded", file=sys.stderr)
             else:
                 _write(args, cfg, cluster, [deleted], run_ledger, progress)
-                changes = [*changes, deleted]
+                planned = [*planned, deleted]
         else:
-            plan = groups.plan_delete([args.source], state)
-            changes = [*changes, *plan]
-    return _finish(args, cfg, cluster, changes, "copy", run_ledger)
+            plan = changes.plan_delete([args.source], state)
+            planned = [*planned, *plan]
+    return _finish(args, cfg, cluster, planned, "copy", run_ledger)
 
 
 def reset_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
@@ -331,28 +334,30 @@ def reset_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
         wanted = re.compile(args.group) if args.group else None
         names = sorted(g for g in file_offsets if wanted is None or wanted.fullmatch(g))
         if not names:
-            raise groups.NoGroupsError(f"no group in {args.from_file} matches --group {args.group}")
+            raise describe.NoGroupsError(
+                f"no group in {args.from_file} matches --group {args.group}"
+            )
     else:
         if not args.group:
             raise UsageError("reset needs --group REGEX")
         names = _selected(cluster, args.group)
-    state = groups.fetch_groups(cluster, names)
+    state = describe.fetch_groups(cluster, names)
     if scope is not None:
         try:  # a topic or partition that does not exist is a usage error, for every group
             reset.scoped_partitions(scope, {}, state.topic_partitions)
         except reset.ResetError as exc:
             raise UsageError(str(exc)) from None
-    partitions = groups.reset_partitions(names, state, scope, file_offsets)
+    partitions = changes.reset_partitions(names, state, scope, file_offsets)
     keys = {k for v in partitions.values() if isinstance(v, list) for k in v}
     progress(f"resetting {len(names)} groups over {len(keys)} partitions")
-    bounds = kafka_admin.watermarks(cluster, keys)
+    bounds = kafka.watermarks(cluster, keys)
     at_time = None
     if spec in ("to_datetime", "by_duration"):
         targets = dict.fromkeys(keys, value)
-        at_time = kafka_probes.offsets_for_timestamps(cluster, targets, bounds)
-    changes = groups.plan_reset(partitions, state, spec, value, file_offsets, bounds, at_time)
-    run_ledger = _execute(args, cfg, cluster, changes, "reset", progress)
-    return _finish(args, cfg, cluster, changes, "reset", run_ledger)
+        at_time = kafka.offsets_for_timestamps(cluster, targets, bounds)
+    planned = changes.plan_reset(partitions, state, spec, value, file_offsets, bounds, at_time)
+    run_ledger = _execute(args, cfg, cluster, planned, "reset", progress)
+    return _finish(args, cfg, cluster, planned, "reset", run_ledger)
 
 
 def _reset_spec(args) -> tuple[str, object]:  # noqa: ANN001
@@ -382,10 +387,10 @@ def _reset_spec(args) -> tuple[str, object]:  # noqa: ANN001
 
 def delete_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     names = _selected(cluster, args.group)
-    state = groups.fetch_groups(cluster, names)
-    changes = groups.plan_delete(names, state)
-    run_ledger = _execute(args, cfg, cluster, changes, "delete", progress)
-    return _finish(args, cfg, cluster, changes, "delete", run_ledger)
+    state = describe.fetch_groups(cluster, names)
+    planned = changes.plan_delete(names, state)
+    run_ledger = _execute(args, cfg, cluster, planned, "delete", progress)
+    return _finish(args, cfg, cluster, planned, "delete", run_ledger)
 
 
 def rollback_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from ferry import groups, kafka_admin, lag_history, positions
+from ferry import kafka
 from ferry.cli import (
     EXIT_OK,
     ArgumentParser,
@@ -24,7 +24,9 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.kafka_admin import Cluster
+from ferry.groups import describe, positions
+from ferry.kafka.admin import Cluster
+from ferry.lag import history
 
 
 def parse_args(argv: list[str]):  # noqa: ANN201
@@ -41,19 +43,19 @@ def main(argv: list[str]) -> int:
     require(cfg, "cluster", "history.path")
     check_regex("--group", args.group)
     cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
-    kafka_admin.check_reachable(cluster)  # one clear error instead of a timeout mid-run
+    kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     progress = Progress(not args.quiet)
 
-    names = [g for g in groups.select_groups(cluster, args.group) if cfg.groups.matches(g)]
+    names = [g for g in describe.select_groups(cluster, args.group) if cfg.groups.matches(g)]
     if not names:
         what = f"--group {args.group} and " if args.group else ""
-        raise groups.NoGroupsError(
+        raise describe.NoGroupsError(
             f"no group on {cluster.name} matches {what}groups.include / groups.exclude"
         )
-    state = groups.fetch_groups(cluster, names)
-    rows = groups.position_rows(state)
+    state = describe.fetch_groups(cluster, names)
+    rows = describe.position_rows(state)
     if not rows:
-        raise groups.NoGroupsError(
+        raise describe.NoGroupsError(
             f"no committed or assigned partitions for the selected groups on {cluster.name}"
         )
     progress(
@@ -64,16 +66,16 @@ def main(argv: list[str]) -> int:
     session = positions.start_session("ferry-lag-snapshot")
     # Watermarks are asked after the committed offsets, so lag is never negative (at worst it
     # counts records produced in between); the snapshot is stamped once the reads are done.
-    positions_df, bounds_df, next_df = groups.read_positions(
+    positions_df, bounds_df, next_df = describe.read_positions(
         session, cluster, rows, cfg.reader, progress
     )
     spark = session()
     snapshot_ms = int(time.time() * 1000)
-    describe_df = groups.with_lag(positions_df, bounds_df, next_df, snapshot_ms)
-    history_df = lag_history.with_snapshot_columns(
+    describe_df = describe.with_lag(positions_df, bounds_df, next_df, snapshot_ms)
+    history_df = history.with_snapshot_columns(
         describe_df, snapshot_ms, cfg.cluster["bootstrap.servers"]
     )
-    writer = lag_history.append_history(spark, history_df, cfg.history.path)
+    writer = history.append_history(spark, history_df, cfg.history.path)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(snapshot_ms / 1000))
     stamp += f".{snapshot_ms % 1000:03d}Z"
     print(

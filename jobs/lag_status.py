@@ -4,7 +4,7 @@
         [--now TIME] [--all-partitions] [-o table|json|csv]
 
 Evaluates each partition's last N snapshots in history.path (history.window, --window) with
-Burrow's rules (ferry.lag): partitions OK, WARN, STOP, STALL or REWIND, groups OK, WARN or ERR
+Burrow's rules (ferry.lag.rules): partitions OK, WARN, STOP, STALL or REWIND, groups OK, WARN or ERR
 with complete, maxlag and totallag. `-o json` is a list with one Burrow
 `/v3/kafka/(cluster)/consumer/(group)/status` answer per group; like Burrow, only partitions
 that are not OK are listed unless --all-partitions (Burrow's `/lag`). Status is as of each
@@ -22,7 +22,7 @@ import sys
 import time
 from collections import Counter
 
-from ferry import delta, lag_history, reset
+from ferry import delta
 from ferry.cli import (
     EXIT_OK,
     ArgumentParser,
@@ -37,6 +37,8 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
+from ferry.groups import reset
+from ferry.lag import history
 from ferry.session import build_session
 
 PARTITION_COLUMNS = [
@@ -109,15 +111,15 @@ def main(argv: list[str]) -> int:
 
     spark = build_session("ferry-lag-status")
     progress(f"evaluating the last {window} snapshots per partition in {path}")
-    history_df = lag_history.filter_history(
-        lag_history.read_history(spark, path), args.group, now_ms
+    history_df = history.filter_history(
+        history.read_history(spark, path), args.group, now_ms
     )
-    status_df = lag_history.evaluate_history(
+    status_df = history.evaluate_history(
         history_df, window, allowed_lag, int(time.time() * 1000), now_ms
     )
     # One Spark job: collected as Arrow and ordered here, not by a Spark sort (a second job).
     status_table = status_df.toArrow()
-    rows = lag_history.status_rows(status_table)
+    rows = history.status_rows(status_table)
     if not rows:
         what = f" of groups matching --group {args.group}" if args.group else ""
         when = f" at or before --now {args.now}" if now_ms is not None else ""
@@ -126,16 +128,16 @@ def main(argv: list[str]) -> int:
     suffix = ""
     if cfg.history.status_path:
         # Written from the collected rows, so the table holds exactly what was printed.
-        written_df = spark.createDataFrame(status_table, lag_history.STATUS_SCHEMA)
-        writer = lag_history.append_status(spark, written_df, cfg.history.status_path)
+        written_df = spark.createDataFrame(status_table, history.STATUS_SCHEMA)
+        writer = history.append_status(spark, written_df, cfg.history.status_path)
         suffix = f"; status appended to {cfg.history.status_path} via {writer}"
 
     shown = [r for r in rows if args.all_partitions or r["status"] != "OK"]
     groups = group_rows(rows)
     if args.output == "json":
-        emit_json(lag_history.burrow_responses(rows, args.all_partitions))
+        emit_json(history.burrow_responses(rows, args.all_partitions))
     elif args.output == "csv":
-        emit(shown, lag_history.STATUS_COLUMNS, "csv")
+        emit(shown, history.STATUS_COLUMNS, "csv")
     else:
         emit(shown, PARTITION_COLUMNS, "table")
         print()

@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 
-from ferry import migrate, rollback
+from ferry import migrate
 from ferry.cli import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -29,11 +29,12 @@ from ferry.cli import (
     parse_span,
     run,
 )
-from ferry.commit import OutcomeNotRecorded, restore_block
 from ferry.config import load_config, require
-from ferry.ledger import Ledger, new_run_id
 from ferry.migrate import decision as decisions_of
 from ferry.session import build_session
+from ferry.write import rollback
+from ferry.write.commit import OutcomeNotRecorded, restore_block
+from ferry.write.ledger import Ledger, new_run_id
 
 PLAN_COLUMNS = [
     "group",

@@ -42,7 +42,7 @@ _SPAN_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 def parse_span(text: str, option: str) -> float:
     """A duration in seconds: `90s`, `10m`, `1h`, `500ms`, or ISO-8601 `PT5M`."""
-    from ferry.reset import ResetError, parse_duration
+    from ferry.groups.reset import ResetError, parse_duration
 
     match = _SPAN.match(text.strip().lower())
     if match:

@@ -142,9 +142,9 @@ class FerryConfig:
         conf = getattr(self, section) or {}
         return f"{section} ({conf.get('bootstrap.servers', '?')})"
 
-    def client(self, section: str):  # noqa: ANN201 - ferry.kafka_admin.Cluster
+    def client(self, section: str):  # noqa: ANN201 - ferry.kafka.admin.Cluster
         """The named cluster section with this config's read and admin timeouts."""
-        from ferry.kafka_admin import Cluster
+        from ferry.kafka.admin import Cluster
 
         return Cluster.from_config(
             section,

@@ -18,7 +18,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from ferry import kafka_admin
+from ferry import kafka
 from ferry.testing.brokers import local_brokers
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
@@ -121,8 +121,8 @@ def main() -> int:
 
 def check_landed(dest_config: dict) -> int:
     """Read the destination groups back and compare with the offsets a perfect migration gives."""
-    cluster = kafka_admin.Cluster("destination", dest_config)
-    landed = kafka_admin.committed_offsets(cluster, list(GROUPS))
+    cluster = kafka.Cluster("destination", dest_config)
+    landed = kafka.committed_offsets(cluster, list(GROUPS))
     exact = partitions = 0
     for group, offsets in GROUPS.items():
         group_exact = True

@@ -2,9 +2,9 @@
 them for plotting, and draw the plots. The notebook only calls these.
 
 Tables (any may be missing; a missing one is a panel saying so, never an error):
-- the migration ledger (`ledger.path`, `ferry.ledger.LEDGER_SCHEMA`);
-- the lag history (`history.path`, `ferry.lag_history.HISTORY_SCHEMA`) and the evaluated
-  statuses (`history.status_path`, `ferry.lag_history.STATUS_SCHEMA`);
+- the migration ledger (`ledger.path`, `ferry.write.ledger.LEDGER_SCHEMA`);
+- the lag history (`history.path`, `ferry.lag.history.HISTORY_SCHEMA`) and the evaluated
+  statuses (`history.status_path`, `ferry.lag.history.STATUS_SCHEMA`);
 - the decoded offset commits (`offsets.commits_path`, `ferry.offsets_topic.OFFSET_COMMITS_SCHEMA`).
 
 The `with_*` functions are pure DataFrame transforms that aggregate on Spark, so a history of

@@ -53,7 +53,7 @@ def build_session(app_name: str = "ferry") -> SparkSession:
         level = os.environ.get("FERRY_SPARK_LOG")
         if level:
             spark.sparkContext.setLogLevel(level)
-    from ferry.kafka_source import register
+    from ferry.kafka.source import register
 
     register(spark)
     return spark

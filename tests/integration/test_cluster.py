@@ -24,7 +24,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from ferry import kafka_admin
+from ferry import kafka
 from ferry.testing.brokers import free_port
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
@@ -197,7 +197,7 @@ def test_migrate_runs_on_a_standalone_cluster(standalone, clusters, unique, tmp_
         (0, 25, "MATCHED"),
         (1, 7, "MATCHED"),
     }
-    committed = kafka_admin.committed_offsets(kafka_admin.Cluster("d", dst.config), [group])
+    committed = kafka.committed_offsets(kafka.Cluster("d", dst.config), [group])
     assert committed[group] == {(topic, 0): 25, (topic, 1): 7}
 
     # The master ran the application and the worker launched its executors, which ran with

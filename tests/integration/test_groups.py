@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ferry import kafka_admin
+from ferry import kafka
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 from .jobrunner import join_group, run_job
@@ -51,8 +51,8 @@ def world(cluster, tmp_path_factory):
 
 
 def committed(cluster, group) -> dict:
-    admin = kafka_admin.Cluster("c", cluster.config)
-    return kafka_admin.committed_offsets(admin, [group])[group]
+    admin = kafka.Cluster("c", cluster.config)
+    return kafka.committed_offsets(admin, [group])[group]
 
 
 def groups(world, *argv) -> object:

@@ -9,9 +9,9 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from ferry import kafka_admin
+from ferry import kafka
 from ferry.hashing import record_hasher
-from ferry.kafka_source import FULL_SCHEMA, OffsetRange, plan_partitions, read_ranges
+from ferry.kafka.source import FULL_SCHEMA, OffsetRange, plan_partitions, read_ranges
 from ferry.testing.produce import Record, create_topics, produce
 
 pytestmark = pytest.mark.integration
@@ -141,9 +141,9 @@ def test_headers_and_column_projection(spark, cluster, topic):
 
 def test_reader_never_joins_or_commits(spark, cluster, topic):
     name, _ = topic
-    before = set(kafka_admin.list_groups(kafka_admin.Cluster("c", cluster.config)))
+    before = set(kafka.list_groups(kafka.Cluster("c", cluster.config)))
     read_ranges(spark, cluster.config, [OffsetRange(name, 0, 0, 30)]).count()
-    after = set(kafka_admin.list_groups(kafka_admin.Cluster("c", cluster.config)))
+    after = set(kafka.list_groups(kafka.Cluster("c", cluster.config)))
     assert after == before
 
 

@@ -15,7 +15,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from ferry import delta, lag_history
+from ferry import delta
+from ferry.lag import history
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 from .jobrunner import run_job
@@ -163,7 +164,7 @@ def lag_status(world, *argv) -> object:
 
 
 def history_rows(spark, world) -> list[dict]:
-    df = lag_history.read_history(spark, str(world["tmp"] / "history"))
+    df = history.read_history(spark, str(world["tmp"] / "history"))
     rows = [r.asDict() for r in df.collect()]
     for r in rows:
         r["snapshot_ms"] = round(r["snapshot_time"].timestamp() * 1000)
@@ -190,9 +191,9 @@ def test_snapshots_record_lag_time_lag_and_group_state(spark, world):
         assert "8 partitions of 7 groups appended to history" in line
         assert line.rstrip().endswith(("via deltalake", "via delta-spark"))
     rows = history_rows(spark, world)
-    df = lag_history.read_history(spark, str(world["tmp"] / "history"))
+    df = history.read_history(spark, str(world["tmp"] / "history"))
     assert [(f.name, f.dataType) for f in df.schema] == [
-        (f.name, f.dataType) for f in lag_history.HISTORY_SCHEMA
+        (f.name, f.dataType) for f in history.HISTORY_SCHEMA
     ]
     times = snapshot_times(spark, world)
     assert len(times) == 4 and len(rows) == 4 * 8
@@ -367,7 +368,7 @@ def test_status_table_output_and_status_table(spark, world):
 
     df = delta.read(spark, str(status_path))
     assert [(f.name, f.dataType) for f in df.schema] == [
-        (f.name, f.dataType) for f in lag_history.STATUS_SCHEMA
+        (f.name, f.dataType) for f in history.STATUS_SCHEMA
     ]
     rows = [r.asDict() for r in df.collect()]
     assert len(rows) == 8 + 2 and len({r["evaluated_at"] for r in rows}) == 2

@@ -11,8 +11,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from ferry import delta, ledger
+from ferry import delta
 from ferry.testing.produce import commit_offsets, create_topics, produce
+from ferry.write import ledger
 
 from .jobrunner import ROOT, group_statuses, ledger_rows, run_job
 from .test_migrate import committed, replicate, unique_records, write_config

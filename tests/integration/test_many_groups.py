@@ -9,9 +9,10 @@ import random
 
 import pytest
 
-from ferry import commit, delta, group_commits, ledger
-from ferry.kafka_admin import Cluster
+from ferry import delta, kafka
+from ferry.kafka.admin import Cluster
 from ferry.testing.produce import create_topics, produce
+from ferry.write import commit, ledger
 
 from .jobrunner import group_statuses, join_group, ledger_rows, run_job
 from .test_migrate import committed, replicate, unique_records, write_config
@@ -40,7 +41,7 @@ def _world(src, dst, unique: str, n_groups: int, partitions: int = 8) -> dict[st
         }
         for i in range(n_groups)
     }
-    errors = group_commits.alter_offsets_each(Cluster("source", src.config), sources)
+    errors = kafka.alter_offsets_each(Cluster("source", src.config), sources)
     assert not any(errors.values()), errors
     return {g: {tp: o - SHIFT for tp, o in offs.items()} for g, offs in sources.items()}
 
@@ -55,7 +56,7 @@ def test_hundreds_of_groups_in_small_batches(clusters, spark, tmp_path, unique):
     (first, *rest) = sorted(expected[mixed])
     half = {first: expected[mixed][first] + 1, **{tp: 0 for tp in rest}}
     for group, offsets in ((ahead, moved_on), (mixed, half)):
-        assert group_commits.alter_offsets_each(Cluster("d", dst.config), {group: offsets}) == {
+        assert kafka.alter_offsets_each(Cluster("d", dst.config), {group: offsets}) == {
             group: None
         }
     config = write_config(tmp_path, src, dst, unique)
@@ -107,7 +108,7 @@ def test_a_batch_refuses_its_active_group_and_writes_the_rest(clusters, spark, t
     cluster = Cluster("destination", dst.config)
     groups = [f"{unique}-g{i}" for i in range(10)]
     active = groups[4]
-    group_commits.alter_offsets_each(cluster, {active: {(topic, 0): 2}})
+    kafka.alter_offsets_each(cluster, {active: {(topic, 0): 2}})
     targets = {g: {(topic, 0): 10 + i, (topic, 1): 5} for i, g in enumerate(groups)}
     writes = [
         commit.GroupWrite(

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ferry import kafka_admin
+from ferry import kafka
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 from .jobrunner import join_group, run_job
@@ -68,7 +68,7 @@ def write_config(tmp_path, src, dst, unique, **extra) -> str:
 
 
 def committed(cluster, group) -> dict:
-    return kafka_admin.committed_offsets(kafka_admin.Cluster("c", cluster.config), [group])[group]
+    return kafka.committed_offsets(kafka.Cluster("c", cluster.config), [group])[group]
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,11 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ferry import kafka_admin, lag_history, positions
+from ferry import kafka
 from ferry.config import ReaderConfig
-from ferry.kafka_admin import Cluster
+from ferry.groups import positions
+from ferry.kafka.admin import Cluster
+from ferry.lag import history
 from ferry.testing.produce import (
     Record,
     commit_offsets,
@@ -112,7 +114,7 @@ def read_all(cluster, topic: str, isolation: str) -> list[int]:
 
 
 def produced_end(cluster, topic: str, partition: int) -> int:
-    bounds = kafka_admin.watermarks(Cluster("c", cluster.config), [(topic, partition)])
+    bounds = kafka.watermarks(Cluster("c", cluster.config), [(topic, partition)])
     return bounds[(topic, partition)][1]
 
 
@@ -132,7 +134,7 @@ def test_every_position_finds_the_first_visible_record_at_or_after_it(
 ):
     topic, end = world["topic"], world["end"]
     c = Cluster("c", cluster.config)
-    bounds = kafka_admin.watermarks(c, [(topic, 0), (topic, 1)])
+    bounds = kafka.watermarks(c, [(topic, 0), (topic, 1)])
     wanted = {(topic, 0, o) for o in range(end)} | {(topic, 1, o) for o in (0, 1, 14, 28, 29)}
     reader = ReaderConfig(timeout_ms=10_000, isolation_level=isolation)
     found = positions.next_records(
@@ -176,7 +178,7 @@ def test_snapshot_time_lag_at_markers_aborted_records_and_log_end(spark, cluster
     assert result.code == 0, result.stderr
     assert "snapshot of 6 groups: 12 group partitions over 2 partitions" in result.stderr
     assert "reading the next record of 6 positions: 2 spans over 2 partitions" in result.stderr
-    history_df = lag_history.read_history(spark, str(tmp_path / "history"))
+    history_df = history.read_history(spark, str(tmp_path / "history"))
     rows = [r.asDict() for r in history_df.collect()]
     assert len(rows) == 12
     visible = world["visible"]["read_committed"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ferry import kafka_probes
-from ferry.kafka_admin import Cluster
+from ferry import kafka
+from ferry.kafka.admin import Cluster
 from ferry.testing.produce import Record, create_topics, produce
 
 pytestmark = pytest.mark.integration
@@ -44,4 +44,4 @@ def test_offsets_for_timestamps_finds_the_first_record_at_least_as_new(cluster, 
             targets[(topic, 0)] = target
             first = next((i for i, t in enumerate(ts) if t >= target), None)
             expected[(topic, 0)] = None if first is None else offsets[topic][first]
-        assert kafka_probes.offsets_for_timestamps(c, targets) == expected, probe_round
+        assert kafka.offsets_for_timestamps(c, targets) == expected, probe_round

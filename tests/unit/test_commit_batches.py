@@ -1,8 +1,8 @@
-"""How `ferry.commit` cuts a run's writes into batches (pure)."""
+"""How `ferry.write.commit` cuts a run's writes into batches (pure)."""
 
 from __future__ import annotations
 
-from ferry import commit
+from ferry.write import commit
 
 
 def _writes(*groups: str) -> list[commit.GroupWrite]:

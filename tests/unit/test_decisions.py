@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ferry import commit
 from ferry.cli import UsageError, one_line, parse_span
 from ferry.migrate.decision import decide, exit_code
 from ferry.migrate.plan import Plan
+from ferry.write import commit
 
 A0, A1 = ("a", 0), ("a", 1)
 

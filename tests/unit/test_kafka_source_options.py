@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ferry.kafka_source import FULL_SCHEMA, KafkaRangesReader
+from ferry.kafka.source import FULL_SCHEMA, KafkaRangesReader
 
 
 def reader(**options: str) -> KafkaRangesReader:

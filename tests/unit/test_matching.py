@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from chispa import assert_df_equality
 
-from ferry import matching
+from ferry.migrate import matching
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.plan import COMMITTED_SCHEMA
 

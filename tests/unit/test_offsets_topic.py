@@ -560,7 +560,7 @@ def records_df(spark, rows):
     """A `ferry-kafka`-shaped DataFrame: rows of (partition, offset, key, value)."""
     from pyspark.sql.types import StructType
 
-    from ferry.kafka_source import FULL_SCHEMA
+    from ferry.kafka.source import FULL_SCHEMA
 
     schema = StructType([FULL_SCHEMA[c] for c in ot.INPUT_COLUMNS])
     return spark.createDataFrame(

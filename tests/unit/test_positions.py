@@ -1,13 +1,13 @@
 """How positions become spans and how each position finds its next record within a span
-(ferry.positions), on plain values and tiny inline DataFrames (no brokers)."""
+(ferry.groups.positions), on plain values and tiny inline DataFrames (no brokers)."""
 
 from __future__ import annotations
 
 import pytest
 from chispa import assert_df_equality
 
-from ferry.kafka_source import OffsetRange
-from ferry.positions import plan_spans, resolve_in_span, with_next_records
+from ferry.groups.positions import plan_spans, resolve_in_span, with_next_records
+from ferry.kafka.source import OffsetRange
 
 T0 = 1_700_000_000_000
 

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from ferry import reconcile
+from ferry.migrate import placement
 
 RECORDS = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
 POSITIONS = "group string, topic string, partition int, committed_offset long, log_end_offset long"
@@ -29,11 +29,11 @@ def reconciled(spark, src, dst, positions, dst_partitions, band=(0, 10_000)):
     partitions_df = spark.createDataFrame(
         [("g", "d", q, end) for q, end in dst_partitions], PARTITIONS
     )
-    classes_df = reconcile.with_source_classes(src_df, positions_df, bands_df)
-    counted_df = reconcile.with_destination_counts(dst_df)
-    placed_df = reconcile.with_placement(counted_df, bands_df, classes_df)
-    rows = reconcile.reconciled_offsets(placed_df, partitions_df).collect()
-    missing = reconcile.missing_consumed(classes_df, counted_df).collect()
+    classes_df = placement.with_source_classes(src_df, positions_df, bands_df)
+    counted_df = placement.with_destination_counts(dst_df)
+    placed_df = placement.with_placement(counted_df, bands_df, classes_df)
+    rows = placement.reconciled_offsets(placed_df, partitions_df).collect()
+    missing = placement.missing_consumed(classes_df, counted_df).collect()
     return (
         {r.dst_partition: (r.destination_offset, r.duplicates, r.unplaced) for r in rows},
         {r.group: r.missing for r in missing},
@@ -54,7 +54,7 @@ def test_frontier_takes_earliest_unconsumed_and_latest_consumed(spark):
     positions = spark.createDataFrame(
         [("g", "t", 0, 5, 10), ("g", "t", 1, 9, 10), ("g", "t", 2, 3, 3)], POSITIONS
     )
-    (f,) = reconcile.with_frontier(positions, edges).collect()
+    (f,) = placement.with_frontier(positions, edges).collect()
     assert (f.lo_timestamp_ms, f.lo_partition) == (150, 0)
     assert (f.hi_timestamp_ms, f.hi_partition) == (300, 2)
     assert f.unknown_partition is None
@@ -63,7 +63,7 @@ def test_frontier_takes_earliest_unconsumed_and_latest_consumed(spark):
 def test_frontier_names_a_partition_with_nothing_read_around_its_offset(spark):
     edges = spark.createDataFrame([("t", 0, 4, 140, h("a"))], RECORDS)
     positions = spark.createDataFrame([("g", "t", 0, 5, 9), ("g", "t", 1, 7, 9)], POSITIONS)
-    (f,) = reconcile.with_frontier(positions, edges).collect()
+    (f,) = placement.with_frontier(positions, edges).collect()
     assert f.unknown_partition == 1
     assert f.lo_timestamp_ms == 140  # a gap at 5: the last consumed record stands in
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ferry.reset import (
+from ferry.groups.reset import (
     ResetError,
     Target,
     format_offsets_csv,

@@ -3,8 +3,7 @@ is closed, and which candidates count (no brokers)."""
 
 from __future__ import annotations
 
-from ferry import matching
-from ferry.migrate import search
+from ferry.migrate import matching, search
 from ferry.migrate.plan import COMMITTED_SCHEMA
 
 from .test_matching import T0, records

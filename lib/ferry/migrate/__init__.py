@@ -7,11 +7,11 @@ once, top to bottom:
    read once.
 3. `search`: the destination records around where every anchor's timestamp lands, read
    outward one Spark job per step until each anchor is decided or its window is read.
-4. `plan` (`ferry.matching`, pure transforms): anchors, candidates, context scores, one plan
+4. `plan` (`ferry.migrate.matching`, pure transforms): anchors, candidates, context scores, one plan
    row per group × source partition.
 5. `decision` (pure): per group READY, ALREADY_MIGRATED, PENDING, REFUSED, ... and the exit code
    a scheduler acts on.
-6. `load`: write READY groups through `ferry.commit` (write-ahead ledger, claims, checks right
+6. `load`: write READY groups through `ferry.write.commit` (write-ahead ledger, claims, checks right
    before each write, read-back), record dry runs, export CSV.
 """
 

@@ -2,7 +2,7 @@
 
 A group is written only when every one of its partitions resolved (a reconciled topic: with no
 more duplicates than `--max-duplicates` allows) and the write moves the destination group
-forward (`ferry.commit.forward_decision` over the offsets it has now): a
+forward (`ferry.write.commit.forward_decision` over the offsets it has now): a
 group already at or past the plan everywhere is `ALREADY_MIGRATED` and left alone, one ahead
 on some partitions and behind on others is `REFUSED` unless `--allow-rewind`. The same rule is
 applied again right before each write, with the offsets the group has at that moment.
@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ferry import commit, matching
-from ferry.kafka_admin import TopicPartitionKey
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.migrate import matching
 from ferry.migrate.plan import Plan
+from ferry.write import commit
 
 READY = "READY"
 COMMITTED = commit.STATUS_COMMITTED

@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ferry import kafka_admin
+from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka_admin import Cluster, TopicPartitionKey
+from ferry.kafka.admin import Cluster, TopicPartitionKey
 
 
 @dataclass
@@ -53,9 +53,9 @@ def _both(source_call: Callable[[], A], destination_call: Callable[[], B]) -> tu
 
 def _side(cluster: Cluster, groups: list[str]):  # noqa: ANN202 - (infos, offsets, topics)
     return (
-        kafka_admin.describe_groups(cluster, groups),
-        kafka_admin.committed_offsets(cluster, groups),
-        kafka_admin.list_topics(cluster),
+        kafka.describe_groups(cluster, groups),
+        kafka.committed_offsets(cluster, groups),
+        kafka.list_topics(cluster),
     )
 
 
@@ -68,11 +68,11 @@ def discover(
 ) -> Discovery:
     """Select groups (`only`: of these), check both sides' states, and fetch offsets and
     watermarks in bulk."""
-    kafka_admin.check_reachable(src)
-    kafka_admin.check_reachable(dst)
+    kafka.check_reachable(src)
+    kafka.check_reachable(dst)
     groups = [
         g
-        for g in kafka_admin.list_groups(src)
+        for g in kafka.list_groups(src)
         if cfg.groups.matches(g) and (only is None or g in only)
     ]
     # The destination's offsets are fetched for every group, refused ones too: cheaper than
@@ -134,7 +134,7 @@ def discover(
         needed |= {(topic, p) for p in range(n_src)}
         dst_needed |= {(cfg.topics.destination_topic(topic), q) for q in range(n_dst)}
     disc.source_bounds, disc.destination_bounds = _both(
-        lambda: kafka_admin.watermarks(src, needed), lambda: kafka_admin.watermarks(dst, dst_needed)
+        lambda: kafka.watermarks(src, needed), lambda: kafka.watermarks(dst, dst_needed)
     )
     return disc
 

@@ -21,10 +21,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry import kafka_probes
+from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka_admin import Cluster, TopicPartitionKey
-from ferry.kafka_source import OffsetRange, read_ranges
+from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.kafka.source import OffsetRange, read_ranges
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
 from ferry.session import local_df
@@ -188,10 +188,10 @@ def window_offsets(
     depth = max((len(w) for w in windows.values()), default=0)
     for i in range(depth):
         layer = {tp: ws[i] for tp, ws in windows.items() if i < len(ws)}
-        starts = kafka_probes.offsets_for_timestamps(
+        starts = kafka.offsets_for_timestamps(
             dst, {tp: lo for tp, (lo, _) in layer.items()}, bounds
         )
-        ends = kafka_probes.offsets_for_timestamps(
+        ends = kafka.offsets_for_timestamps(
             dst, {tp: hi for tp, (_, hi) in layer.items()}, bounds
         )
         for tp in layer:
@@ -207,7 +207,7 @@ def destination_last_timestamps(
 ) -> dict[TopicPartitionKey, int | None]:
     """Timestamp of (about) the newest record of each destination partition; None if empty."""
     probes = {tp: max(s, e - 1) for tp, (s, e) in bounds.items() if e > s}
-    seen = kafka_probes.first_records_at(dst, probes)
+    seen = kafka.first_records_at(dst, probes)
     missing = {tp: max(bounds[tp][0], bounds[tp][1] - 64) for tp, r in seen.items() if r is None}
-    seen.update(kafka_probes.first_records_at(dst, missing))
+    seen.update(kafka.first_records_at(dst, missing))
     return {tp: (seen[tp][1] if seen.get(tp) else None) for tp in bounds}

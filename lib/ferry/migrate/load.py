@@ -1,4 +1,4 @@
-"""Load: write the decided groups through `ferry.commit` (write-ahead ledger, claims, fresh
+"""Load: write the decided groups through `ferry.write.commit` (write-ahead ledger, claims, fresh
 checks and one verified request per group, many groups per batch), record dry runs, and
 export CSV files."""
 
@@ -9,11 +9,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ferry import commit
-from ferry.kafka_admin import Cluster
-from ferry.ledger import PHASE_PLAN, Ledger
+from ferry.kafka.admin import Cluster
 from ferry.migrate.decision import GroupDecision
 from ferry.migrate.plan import Plan
+from ferry.write import commit
+from ferry.write.ledger import PHASE_PLAN, Ledger
 
 
 def ledger_rows(plan: Plan, decisions: Mapping[str, GroupDecision], dst: Cluster) -> list[dict]:

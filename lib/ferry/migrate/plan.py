@@ -10,10 +10,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry import matching
 from ferry.config import FerryConfig
-from ferry.kafka_admin import Cluster
-from ferry.migrate import search
+from ferry.kafka.admin import Cluster
+from ferry.migrate import matching, search
 from ferry.migrate.discover import Discovery, committed_rows
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry.kafka_admin import TopicPartitionKey
-from ferry.kafka_source import OffsetRange
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.kafka.source import OffsetRange
 from ferry.session import local_df
 
 SEGMENTS_SCHEMA = StructType(

@@ -1,6 +1,6 @@
 """Plan the topics whose records sit in other partitions on the destination (another partition
 count, or `matching.partitioning: reconcile`): one plan row per group × destination partition
-with its reconciled offset, duplicates and unplaced records (`ferry.reconcile`).
+with its reconciled offset, duplicates and unplaced records (`ferry.migrate.placement`).
 
 Reads, every group of a topic sharing them:
 1. the source records just before and at every committed offset: each group's frontier, from
@@ -23,12 +23,13 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry import kafka_admin, reconcile
+from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka_admin import Cluster, TopicPartitionKey
-from ferry.matching import plan_row
+from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.migrate import placement
 from ferry.migrate.discover import Discovery
 from ferry.migrate.extract import read_records, union_records, window_offsets
+from ferry.migrate.matching import plan_row
 from ferry.migrate.ranges import RangeBook, merge_intervals
 from ferry.session import local_df
 
@@ -155,7 +156,7 @@ def _bands(spark, src, disc, cfg, positions, positions_df, progress):  # noqa: A
     ranges = RangeBook().new_ranges(needs)
     progress(f"reconcile: reading the source around {len(positions)} committed offsets")
     edges_df = read_records(spark, src, ranges, cfg) if ranges else union_records(spark, [])
-    frontier = reconcile.with_frontier(positions_df, edges_df).collect()
+    frontier = placement.with_frontier(positions_df, edges_df).collect()
     bands: dict[tuple[str, str], Band] = {}
     problems: dict[tuple[str, str], tuple[str, str]] = {}
     m = cfg.matching
@@ -209,7 +210,7 @@ def _reconcile(spark, src, dst, disc, cfg, positions_df, bands, progress):  # no
         spark, dst, dst_windows, disc.destination_bounds, cfg, "destination", progress
     )
     dst_df.count()
-    now = kafka_admin.watermarks(src, src_windows)
+    now = kafka.watermarks(src, src_windows)
     src_bounds = {tp: (disc.source_bounds[tp][0], end) for tp, (_, end) in now.items()}
     src_df = _read_band(spark, src, src_windows, src_bounds, cfg, "source", progress)
     bands_df = local_df(
@@ -226,9 +227,9 @@ def _reconcile(spark, src, dst, disc, cfg, positions_df, bands, progress):  # no
         ],
         DST_PARTITIONS_SCHEMA,
     )
-    classes_df = reconcile.with_source_classes(src_df, positions_df, bands_df).persist()
-    counted_df = reconcile.with_destination_counts(dst_df).persist()
-    placed_df = reconcile.with_placement(counted_df, bands_df, classes_df)
+    classes_df = placement.with_source_classes(src_df, positions_df, bands_df).persist()
+    counted_df = placement.with_destination_counts(dst_df).persist()
+    placed_df = placement.with_placement(counted_df, bands_df, classes_df)
     progress(f"reconcile: placing destination records for {len(bands)} group topics")
     reconciled = {
         (r.group, r.dst_topic, r.dst_partition): {
@@ -236,11 +237,11 @@ def _reconcile(spark, src, dst, disc, cfg, positions_df, bands, progress):  # no
             "duplicates": r.duplicates,
             "unplaced": r.unplaced,
         }
-        for r in reconcile.reconciled_offsets(placed_df, partitions_df).collect()
+        for r in placement.reconciled_offsets(placed_df, partitions_df).collect()
     }
     missing = {
         (r.group, r.dst_topic): r.missing
-        for r in reconcile.missing_consumed(classes_df, counted_df).collect()
+        for r in placement.missing_consumed(classes_df, counted_df).collect()
     }
     return reconciled, missing
 

@@ -42,9 +42,10 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry import kafka_probes, matching
+from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka_admin import Cluster, TopicPartitionKey
+from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.migrate import matching
 from ferry.migrate.extract import union_records, with_segments
 from ferry.migrate.ranges import RangeBook
 from ferry.session import local_df
@@ -218,7 +219,7 @@ def anchor_positions(
     layers = [{tp: ts[i] for tp, ts in per_tp.items() if i < len(ts)} for i in range(depth)]
 
     def look_up(layer: dict[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
-        return kafka_probes.offsets_for_timestamps(dataclasses.replace(dst), layer, bounds)
+        return kafka.offsets_for_timestamps(dataclasses.replace(dst), layer, bounds)
 
     out: dict[tuple[str, int, int], int] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(LOOKUP_THREADS, depth))) as pool:

@@ -11,7 +11,7 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
    one round of OffsetFetch requests (the offsets each group has now), then per group the
    forward rule (migrate, copy; see `forward_decision`), then every group's write — one
    request per group, all in flight together, each retried only after reading what landed —
-   and one round of read-backs (`ferry.group_commits`). The window between a group's state
+   and one round of read-backs (`ferry.kafka.commits`). The window between a group's state
    check and its write is one batch's offset fetch: the bound is the batch size.
 4. The batch's outcomes are appended to the ledger in one commit before the next batch is
    written. If that append fails the run stops: `OutcomeNotRecorded` carries the offsets the
@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ferry import group_commits, kafka_admin
-from ferry.kafka_admin import Cluster, TopicPartitionKey
-from ferry.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
+from ferry import kafka
+from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
 
 STATUS_COMMITTED = "COMMITTED"
 STATUS_DELETED = "DELETED"
@@ -177,14 +177,14 @@ def _batches(writes: Sequence[GroupWrite], size: int) -> list[list[GroupWrite]]:
 def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, WriteOutcome]:
     """Check and write one batch of groups (module docstring, step 3); group → outcome."""
     out: dict[str, WriteOutcome] = {}
-    may_write, failed, active = group_commits.by_state(cluster, [w.group for w in batch])
+    may_write, failed, active = kafka.by_state(cluster, [w.group for w in batch])
     for group, error in failed.items():
         out[group] = WriteOutcome(group, STATUS_FAILED, False, str(error))
     for group, error in active.items():
         out[group] = WriteOutcome(group, STATUS_REFUSED, False, str(error))
     inactive = [w for w in batch if w.group in may_write]
-    errors: dict[str, kafka_admin.ClusterError] = {}
-    previous = kafka_admin.committed_offsets(cluster, [w.group for w in inactive], errors)
+    errors: dict[str, kafka.ClusterError] = {}
+    previous = kafka.committed_offsets(cluster, [w.group for w in inactive], errors)
     deletes, alters = [], []
     for w in inactive:
         before = previous.get(w.group, {})
@@ -206,20 +206,20 @@ def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, Writ
     if deletes:
         out.update(_delete(cluster, deletes, previous))
     if alters:
-        results = group_commits.alter_offsets_each(cluster, {w.group: w.offsets for w in alters})
+        results = kafka.alter_offsets_each(cluster, {w.group: w.offsets for w in alters})
         for w in alters:
             out[w.group] = _outcome(w.group, results[w.group], previous[w.group])
     return out
 
 
 def _outcome(
-    group: str, error: kafka_admin.ClusterError | None, previous: dict[TopicPartitionKey, int]
+    group: str, error: kafka.ClusterError | None, previous: dict[TopicPartitionKey, int]
 ) -> WriteOutcome:
     if error is None:
         return WriteOutcome(group, STATUS_COMMITTED, True, None, previous)
-    if isinstance(error, kafka_admin.CommitUnknownError):
+    if isinstance(error, kafka.CommitUnknownError):
         status = STATUS_UNKNOWN
-    elif isinstance(error, kafka_admin.GroupActiveError):
+    elif isinstance(error, kafka.GroupActiveError):
         status = STATUS_REFUSED
     else:
         status = STATUS_FAILED
@@ -233,10 +233,10 @@ def _delete(
 ) -> dict[str, WriteOutcome]:
     """Delete the groups in one request, then check that none has offsets left."""
     out: dict[str, WriteOutcome] = {}
-    failed = kafka_admin.delete_groups(cluster, [w.group for w in deletes])
+    failed = kafka.delete_groups(cluster, [w.group for w in deletes])
     gone = [w.group for w in deletes if not failed[w.group]]
-    errors: dict[str, kafka_admin.ClusterError] = {}
-    left = kafka_admin.committed_offsets(cluster, gone, errors)
+    errors: dict[str, kafka.ClusterError] = {}
+    left = kafka.committed_offsets(cluster, gone, errors)
     for w in deletes:
         g = w.group
         if failed[g]:

@@ -1,6 +1,6 @@
 """Consumer lag evaluation after LinkedIn Burrow's rules, in plain Python (no Spark).
 
-The one source of truth for the rules: `ferry.lag_history` builds each partition's window from
+The one source of truth for the rules: `ferry.lag.history` builds each partition's window from
 the lag history and calls these functions in its grouped Spark evaluation.
 
 Written from Burrow's `core/internal/evaluator/caching.go` (`evaluatePartitionStatus`,

@@ -1,7 +1,7 @@
 """Committing group offsets with confirmation: many groups at once, each in one request.
 
-Every executing write of offsets goes through here (`ferry.commit` for migrate and the groups
-verbs, `ferry.rollback`). Each group's offsets go in one OffsetCommit request, so a group is
+Every executing write of offsets goes through here (`ferry.write.commit` for migrate and the groups
+verbs, `ferry.write.rollback`). Each group's offsets go in one OffsetCommit request, so a group is
 never half written; the requests of many groups are in flight together and awaited together,
 then every group is read back in one round of OffsetFetch requests.
 
@@ -17,7 +17,7 @@ import concurrent.futures
 import time
 from collections.abc import Mapping
 
-from ferry.kafka_admin import (
+from ferry.kafka.admin import (
     Cluster,
     ClusterError,
     CommitUnknownError,

@@ -11,7 +11,7 @@ backoff (0.2 s doubling to 5 s), each attempt bounded by `admin.timeout_ms`, all
 AdminClient: a long-lived client that lost its connections can keep timing out while a new
 one is answered at once. Bulk calls can also report failures per group (`errors=`), so one
 group that cannot be described or read does not fail the others. Commits, which are never
-re-sent blindly, are in `ferry.group_commits`.
+re-sent blindly, are in `ferry.kafka.commits`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ every plan that was shown is on record next to every change that was made:
 - `intent`: written before the first write to any cluster, one row per partition the run is
   about to change, with the offset it has now (`previous_offset`) and the one it will get;
 - `outcome`: written after each batch of groups was written and read back (one commit per
-  batch, `ferry.commit.BATCH_GROUPS` groups): `is_committed` is true only for offsets that
+  batch, `ferry.write.commit.BATCH_GROUPS` groups): `is_committed` is true only for offsets that
   were written and read back.
 
 The ledger never trails the clusters by more than one batch: a run that cannot append its

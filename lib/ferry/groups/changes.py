@@ -1,230 +1,21 @@
-"""Single-cluster group tooling: describe with lag and time lag, copy/split, reset, delete.
+"""Changes to groups on one cluster: copy/split, reset and delete plans, and their rows.
 
-Extract functions talk to the cluster in bulk (one ListOffsets pair for every partition of
-every selected group, one read of each record needed for time lag); `with_lag` is a pure
-DataFrame transform shared with `lag-snapshot`; the plan functions are plain Python over
-plain values; `group_writes` hands the changes to `ferry.commit`, the only writer
-(write-ahead ledger, one verified request per group).
-
-Time lag is how old the next unread record is: now − timestamp of the first record at or
-after the committed offset (log start if the committed offset fell off the log), 0 when the
-group is caught up, null when nothing is committed.
+The plan functions are plain Python over plain values (what `describe.fetch_groups` found);
+`group_writes` hands the changes to `ferry.write.commit`, the only writer (write-ahead
+ledger, one verified request per group).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
-
-from ferry import commit, kafka_admin, positions
-from ferry.config import ReaderConfig
-from ferry.kafka_admin import Cluster, GroupInfo, TopicPartitionKey
-from ferry.reset import ResetError, Target, resolve_targets, scoped_partitions
-from ferry.session import local_df
-
-POSITIONS_SCHEMA = StructType(
-    [
-        StructField("group", StringType(), False),
-        StructField("group_state", StringType(), True),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("committed_offset", LongType(), True),
-        StructField("member_id", StringType(), True),
-        StructField("client_id", StringType(), True),
-        StructField("host", StringType(), True),
-    ]
-)
-BOUNDS_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("log_start_offset", LongType(), False),
-        StructField("log_end_offset", LongType(), False),
-    ]
-)
-NEXT_RECORDS_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("position", LongType(), False),
-        StructField("next_offset", LongType(), True),
-        StructField("next_timestamp_ms", LongType(), True),
-    ]
-)
-DESCRIBE_COLUMNS = [
-    "group",
-    "group_state",
-    "topic",
-    "partition",
-    "committed_offset",
-    "log_start_offset",
-    "log_end_offset",
-    "lag",
-    "time_lag_ms",
-    "member_id",
-    "client_id",
-    "host",
-]
-
-
-class NoGroupsError(kafka_admin.ClusterError):
-    """A group selection matched nothing."""
-
-
-# ---------------------------------------------------------------------------------- extract
-
-
-def select_groups(cluster: Cluster, pattern: str | None) -> list[str]:
-    """Groups on the cluster whose id fully matches the regex (all groups when None)."""
-    names = kafka_admin.list_groups(cluster)
-    if pattern is None:
-        return names
-    regex = re.compile(pattern)
-    return [g for g in names if regex.fullmatch(g)]
-
-
-@dataclass
-class GroupState:
-    """What the cluster says about a set of groups right now."""
-
-    infos: dict[str, GroupInfo]
-    committed: dict[str, dict[TopicPartitionKey, int]]
-    topic_partitions: dict[str, int] = field(default_factory=dict)
-
-
-def fetch_groups(cluster: Cluster, groups: Sequence[str]) -> GroupState:
-    return GroupState(
-        infos=kafka_admin.describe_groups(cluster, groups),
-        committed=kafka_admin.committed_offsets(cluster, groups),
-        topic_partitions=kafka_admin.list_topics(cluster, include_internal=True),
-    )
-
-
-def position_rows(state: GroupState, topic_pattern: str | None = None) -> list[dict]:
-    """One row per group × partition that is committed or assigned to a member."""
-    regex = re.compile(topic_pattern) if topic_pattern else None
-    rows = []
-    for group in sorted(state.infos):
-        info = state.infos[group]
-        owners = {tp: m for m in info.members for tp in m.get("assignment", ())}
-        keys = set(state.committed.get(group, {})) | set(owners)
-        for topic, partition in sorted(keys):
-            if regex is not None and not regex.fullmatch(topic):
-                continue
-            member = owners.get((topic, partition), {})
-            rows.append(
-                {
-                    "group": group,
-                    "group_state": info.state,
-                    "topic": topic,
-                    "partition": partition,
-                    "committed_offset": state.committed.get(group, {}).get((topic, partition)),
-                    "member_id": member.get("member_id"),
-                    "client_id": member.get("client_id"),
-                    "host": member.get("host"),
-                }
-            )
-    return rows
-
-
-def read_positions(
-    spark: SparkSession | Callable[[], SparkSession],
-    cluster: Cluster,
-    rows: Sequence[Mapping],
-    reader: ReaderConfig,
-    progress: Callable[[str], None] | None = None,
-) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(positions_df, bounds_df, next_records_df) for the rows of `position_rows`.
-
-    Each partition's watermarks are asked once, and each distinct position's next record is
-    found once however many groups sit there, reading the positions of a partition together
-    (`ferry.positions`: one span per cluster of nearby positions, not one seek per position).
-    `spark` may be a callable giving the session (`positions.start_session`): it is asked for
-    only once Kafka has been read, so a session starting in the background overlaps the reads.
-    """
-    keys = sorted({(r["topic"], r["partition"]) for r in rows})
-    bounds = kafka_admin.watermarks(cluster, keys)
-    wanted: set[tuple[str, int, int]] = set()
-    for r in rows:
-        committed = r["committed_offset"]
-        if committed is None:
-            continue
-        start, end = bounds[(r["topic"], r["partition"])]
-        position = max(committed, start)
-        if position < end:
-            wanted.add((r["topic"], r["partition"], position))
-    found = positions.next_records(spark, cluster, wanted, bounds, reader, progress=progress)
-    next_rows = [
-        (t, p, o, *(found.get((t, p, o)) or (None, None))) for t, p, o in sorted(wanted)
-    ]
-    session = spark() if callable(spark) else spark
-    positions_df = local_df(
-        session,
-        [tuple(r[c] for c in POSITIONS_SCHEMA.fieldNames()) for r in rows],
-        POSITIONS_SCHEMA,
-    )
-    bounds_df = local_df(
-        session, [(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items())], BOUNDS_SCHEMA
-    )
-    next_df = local_df(session, next_rows, NEXT_RECORDS_SCHEMA)
-    return positions_df, bounds_df, next_df
-
-
-# -------------------------------------------------------------------------------- transform
-
-
-def with_lag(
-    positions_df: DataFrame, bounds_df: DataFrame, next_records_df: DataFrame, now_ms: int
-) -> DataFrame:
-    """Lag (log end − committed; null when nothing is committed) and time lag per row."""
-    effective = F.greatest(F.col("committed_offset"), F.col("log_start_offset"))
-    joined = positions_df.join(bounds_df, ["topic", "partition"], "left").withColumn(
-        "position", effective
-    )
-    joined = joined.join(next_records_df, ["topic", "partition", "position"], "left")
-    is_caught_up = F.col("position") >= F.col("log_end_offset")
-    time_lag = (
-        F.when(F.col("committed_offset").isNull(), F.lit(None).cast("long"))
-        .when(is_caught_up | F.col("next_timestamp_ms").isNull(), F.lit(0).cast("long"))
-        .otherwise(F.greatest(F.lit(0).cast("long"), F.lit(now_ms) - F.col("next_timestamp_ms")))
-    )
-    return joined.select(
-        "group",
-        "group_state",
-        "topic",
-        "partition",
-        "committed_offset",
-        "log_start_offset",
-        "log_end_offset",
-        (F.col("log_end_offset") - F.col("committed_offset")).alias("lag"),
-        time_lag.alias("time_lag_ms"),
-        "member_id",
-        "client_id",
-        "host",
-    )
-
-
-def group_totals(describe_df: DataFrame) -> DataFrame:
-    """Per group: partitions, total lag, largest time lag."""
-    return describe_df.groupBy("group", "group_state").agg(
-        F.count("*").alias("partition_count"),
-        F.sum("lag").alias("lag"),
-        F.max("time_lag_ms").alias("time_lag_ms"),
-    ).select("group", "group_state", "partition_count", "lag", "time_lag_ms")
-
-
-# ------------------------------------------------------------------------------------ plans
+from ferry import kafka
+from ferry.groups.describe import GroupState
+from ferry.groups.reset import ResetError, Target, resolve_targets, scoped_partitions
+from ferry.kafka.admin import Cluster, GroupInfo, TopicPartitionKey
+from ferry.write import commit
 
 
 def refusal(info: GroupInfo | None) -> str | None:
@@ -249,7 +40,7 @@ class GroupChange:
     is_delete: bool = False
     committed: bool = False
     warnings: list[str] = field(default_factory=list)
-    outcome: str | None = None  # the status ferry.commit reported, once executed
+    outcome: str | None = None  # the status ferry.write.commit reported, once executed
     skip: str | None = None  # nothing to write, and why (not an error)
 
 
@@ -413,7 +204,7 @@ def group_writes(
 def record_outcomes(
     changes: Sequence[GroupChange], outcomes: Mapping[str, commit.WriteOutcome]
 ) -> None:
-    """Carry what ferry.commit did back onto the changes (errors stay with their group)."""
+    """Carry what ferry.write.commit did back onto the changes (errors stay with their group)."""
     for change in changes:
         outcome = outcomes.get(change.group)
         if outcome is None or change.error is not None:
@@ -432,7 +223,7 @@ def delete_source_change(
     """`--delete-source`: the source group's delete, once every copy is done."""
     if not changes or not all(c.committed or (c.skip and not c.error) for c in changes):
         return None
-    committed = kafka_admin.committed_offsets(cluster, [source])[source]
+    committed = kafka.committed_offsets(cluster, [source])[source]
     return GroupChange(
         source,
         "delete",

@@ -237,7 +237,7 @@ class KafkaRangesReader(DataSourceReader):
         progress fails the task, so a lost cluster still fails within the reader timeout."""
         from confluent_kafka import KafkaError
 
-        from ferry.kafka_admin import is_transient_error
+        from ferry.kafka.admin import is_transient_error
 
         where = f"{self.cluster} {r.topic}[{r.partition}]"
         next_offset = r.start

@@ -43,10 +43,10 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry import kafka_probes
+from ferry import kafka
 from ferry.config import ReaderConfig
-from ferry.kafka_admin import Cluster, ClusterError, TopicPartitionKey
-from ferry.kafka_source import OffsetRange, read_ranges
+from ferry.kafka.admin import Cluster, ClusterError, TopicPartitionKey
+from ferry.kafka.source import OffsetRange, read_ranges
 from ferry.session import local_df
 
 DEFAULT_MAX_GAP = 1_000
@@ -323,7 +323,7 @@ def read_forward(
     try:
         while by_partition:
             round_ = {tp: offsets.pop(0) for tp, offsets in by_partition.items()}
-            seen = kafka_probes.first_records_at(cluster, round_, consumer)
+            seen = kafka.first_records_at(cluster, round_, consumer)
             for tp, o in round_.items():
                 out[(tp[0], tp[1], o)] = seen.get(tp)
             by_partition = {tp: offs for tp, offs in by_partition.items() if offs}

@@ -1,12 +1,12 @@
 """Lag history: the Delta tables behind `lag-snapshot` and `lag-status`, and Burrow's rules
-(`ferry.lag`) evaluated over them with Spark.
+(`ferry.lag.rules`) evaluated over them with Spark.
 
 `lag-snapshot` appends one `HISTORY_SCHEMA` row per group × topic × partition per run: the
 committed offset, log end offset, lag and time lag from `ferry.groups`, plus the group's state.
 `lag-status` keeps each partition's last N snapshots (a window function), turns them into a
 Burrow window and evaluates every group in one grouped pass (`applyInArrow`, after the one
 shuffle of the whole evaluation) that calls
-`ferry.lag.partition_status` / `group_status` — the rules live only there. Its result, one
+`ferry.lag.rules.partition_status` / `group_status` — the rules live only there. Its result, one
 `STATUS_SCHEMA` row per group × partition carrying the group's status too, is what gets printed
 and optionally appended to `history.status_path`.
 
@@ -64,8 +64,8 @@ from pyspark.sql.types import (
 )
 
 from ferry import delta
-from ferry.kafka_admin import ACTIVE_STATES
-from ferry.lag import group_status, partition_complete, partition_status
+from ferry.kafka.admin import ACTIVE_STATES
+from ferry.lag.rules import group_status, partition_complete, partition_status
 
 HISTORY_SCHEMA = StructType(
     [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from ferry.kafka_admin import (
+from ferry.kafka.admin import (
     Cluster,
     ClusterError,
     TopicPartitionKey,

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ferry import commit, group_commits, kafka_admin, ledger
-from ferry.kafka_admin import Cluster
+from ferry import kafka
+from ferry.kafka.admin import Cluster
+from ferry.write import commit, ledger
 
 # What a rollback prints, per group partition (migrate and groups alike).
 ROLLBACK_COLUMNS = ["group", "topic", "partition", "previous_offset", "new_offset", "status"]
@@ -84,7 +85,7 @@ def apply_rollback(
     progress: Callable[[str], None],
     batch_groups: int | None = None,
 ) -> tuple[list[dict], dict[str, str | None]]:
-    """Returns (ledger rows, group -> error or None). Groups go in batches, as `ferry.commit`
+    """Returns (ledger rows, group -> error or None). Groups go in batches, as `ferry.write.commit`
     writes them: one offset fetch round, one describe, every write in flight together."""
     rows: list[dict] = []
     errors: dict[str, str | None] = {}
@@ -104,7 +105,7 @@ def _rollback_batch(
     execute: bool,
     progress: Callable[[str], None],
 ) -> tuple[list[dict], dict[str, str | None]]:
-    current = kafka_admin.committed_offsets(cluster, [g.group for g in batch])
+    current = kafka.committed_offsets(cluster, [g.group for g in batch])
     states: dict[str, str] = {}
     errors: dict[str, str | None] = {}
     for g in batch:
@@ -152,15 +153,15 @@ def _rollback_batch(
 def _restore(cluster: Cluster, groups: list[RollbackGroup]) -> dict[str, str]:
     """Write back each group's previous offsets (or delete a group that had none), only if
     it is Empty or Dead right now; group -> error for those that were not."""
-    may_write, not_described, active = group_commits.by_state(cluster, [g.group for g in groups])
+    may_write, not_described, active = kafka.by_state(cluster, [g.group for g in groups])
     failed = {group: str(error) for group, error in {**not_described, **active}.items()}
     ready = [g for g in groups if g.group in may_write]
     restores = {g.group: g.restore for g in ready if g.restore}
-    for group, error in group_commits.alter_offsets_each(cluster, restores).items():
+    for group, error in kafka.alter_offsets_each(cluster, restores).items():
         if error is not None:
             failed[group] = str(error)
     deletes = [g.group for g in ready if not g.restore and g.unset]
-    for group, text in kafka_admin.delete_groups(cluster, deletes).items():
+    for group, text in kafka.delete_groups(cluster, deletes).items():
         if text:
             failed[group] = f"deleting group {group}: {text}"
     return failed
