@@ -30,8 +30,8 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.migrate import decision as decisions_of
 from ferry.session import build_session
+from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import rollback
 from ferry.write.commit import OutcomeNotRecorded, restore_block
 from ferry.write.ledger import Ledger, new_run_id
@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
     plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
     decisions = migrate.decide(plan, args.allow_rewind, args.max_duplicates)
     deadline = time.monotonic() + wait_s
-    while pending := {g for g, d in decisions.items() if d.status == decisions_of.PENDING}:
+    while pending := {g for g, d in decisions.items() if d.status == GroupStatus.PENDING}:
         left = deadline - time.monotonic()
         if left <= 0:
             break
@@ -165,15 +165,15 @@ def main(argv: list[str]) -> int:
 
 def print_summary(args, plan, decisions, ledger) -> None:  # noqa: ANN001
     by_group = plan.by_group()
-    done = [g for g, d in decisions.items() if d.status in decisions_of.DONE_STATUSES]
+    done = [g for g, d in decisions.items() if d.status in DONE_STATUSES]
     n_parts = sum(len(by_group.get(g, [])) for g in done)
     for group, d in sorted(decisions.items()):
-        if d.status in decisions_of.RETRY_STATUSES:
+        if d.status in RETRY_STATUSES:
             print(
                 f"not migrated yet: {group}: {d.message} ({d.status}: run again later)",
                 file=sys.stderr,
             )
-        elif d.status not in decisions_of.DONE_STATUSES:
+        elif d.status not in DONE_STATUSES:
             print(f"not migrated: {group}: {d.message} ({d.status})", file=sys.stderr)
     counts: dict[str, int] = {}
     for d in decisions.values():

@@ -8,6 +8,7 @@ import pytest
 from ferry.cli import UsageError, one_line, parse_span
 from ferry.migrate.decision import decide, exit_code
 from ferry.migrate.plan import Plan
+from ferry.status import GroupState, GroupStatus
 from ferry.write import commit
 
 A0, A1 = ("a", 0), ("a", 1)
@@ -67,7 +68,10 @@ def test_decide_gives_each_group_one_status():
             _row("ambiguous", 0, "AMBIGUOUS", None, None),
             _row("ambiguous", 1, "PENDING", None, None),
         ],
-        {"active": "source group is STABLE", "idle": "no committed offsets: nothing to migrate"},
+        {
+            "active": (GroupStatus.REFUSED, "source group is STABLE"),
+            "idle": (GroupStatus.NOTHING_TO_MIGRATE, "no committed offsets on the selected topics"),
+        },
     )
     decisions = decide(plan, allow_rewind=False)
     statuses = {g: d.status for g, d in decisions.items()}
@@ -137,3 +141,29 @@ def test_one_line_digs_out_the_cause():
     )
     ours = RuntimeError("Traceback...\nferry.kafka_source.KafkaReadError: timed out reading x[0]\n")
     assert one_line(ours) == "timed out reading x[0]"
+
+
+@pytest.mark.parametrize(
+    ("client_name", "state", "is_inactive"),
+    [
+        ("EMPTY", GroupState.EMPTY, True),
+        ("DEAD", GroupState.DEAD, True),
+        ("STABLE", GroupState.STABLE, False),
+        ("PREPARING_REBALANCING", GroupState.PREPARING_REBALANCE, False),
+        ("COMPLETING_REBALANCING", GroupState.COMPLETING_REBALANCE, False),
+        ("UNKNOWN", GroupState.UNKNOWN, False),
+        ("SOMETHING_NEW", GroupState.UNKNOWN, False),
+    ],
+)
+def test_inactive_rule_is_kafka_consumer_groups(client_name, state, is_inactive):
+    parsed = GroupState.parse(client_name)
+    assert parsed is state and parsed.is_inactive is is_inactive
+    assert parsed.is_active is (not is_inactive and state is not GroupState.UNKNOWN)
+
+
+def test_statuses_print_and_serialize_as_their_names():
+    import json
+
+    assert f"{GroupStatus.READY}" == str(GroupStatus.READY) == "READY"
+    assert json.dumps({"s": GroupStatus.ALREADY_MIGRATED}) == '{"s": "ALREADY_MIGRATED"}'
+    assert GroupState.PREPARING_REBALANCE.title == "PreparingRebalance"

@@ -15,6 +15,7 @@ from ferry import kafka
 from ferry.groups.describe import GroupState
 from ferry.groups.reset import ResetError, Target, resolve_targets, scoped_partitions
 from ferry.kafka.admin import Cluster, GroupInfo, TopicPartitionKey
+from ferry.status import GroupStatus
 from ferry.write import commit
 
 
@@ -24,7 +25,7 @@ def refusal(info: GroupInfo | None) -> str | None:
         return None
     return (
         f"Assignments can only be reset if the group '{info.group}' is inactive, "
-        f"but the current state is {info.state.title().replace('_', '')}."
+        f"but the current state is {info.state.title}."
     )
 
 
@@ -42,9 +43,6 @@ class GroupChange:
     warnings: list[str] = field(default_factory=list)
     outcome: str | None = None  # the status ferry.write.commit reported, once executed
     skip: str | None = None  # nothing to write, and why (not an error)
-
-
-STATUS_ALREADY_COPIED = "ALREADY_COPIED"
 
 
 def plan_copy(
@@ -172,8 +170,8 @@ def plan_delete(groups: Sequence[str], state: GroupState) -> list[GroupChange]:
         committed = state.committed.get(group, {})
         targets = [Target(group, t, p, o, o) for (t, p), o in sorted(committed.items())]
         error = None
-        if info is not None and info.state != "EMPTY":
-            error = f"group {group} is {info.state}; only Empty groups are deleted"
+        if info is not None and not info.state.is_inactive:
+            error = f"group {group} is {info.state.title}; only Empty or Dead groups are deleted"
         changes.append(GroupChange(group, "delete", targets, None, error, is_delete=True))
     return changes
 
@@ -194,7 +192,7 @@ def group_writes(
             is_delete=change.is_delete,
             is_forward_only=change.action == "copy",
             allow_rewind=allow_rewind,
-            already_status=STATUS_ALREADY_COPIED,
+            already_status=GroupStatus.ALREADY_COPIED,
         )
         for change in changes
         if change.error is None and change.skip is None
@@ -211,7 +209,7 @@ def record_outcomes(
             continue
         change.outcome = outcome.status
         change.committed = outcome.is_committed
-        if outcome.status == STATUS_ALREADY_COPIED:
+        if outcome.status == GroupStatus.ALREADY_COPIED:
             change.skip = outcome.message
         elif not outcome.is_committed:
             change.error = outcome.message
@@ -236,7 +234,7 @@ def change_status(change: GroupChange, execute: bool) -> str:
     if change.error is not None:
         return change.outcome or "REFUSED"
     if change.skip is not None:
-        return STATUS_ALREADY_COPIED
+        return GroupStatus.ALREADY_COPIED
     if not execute:
         return "PLANNED"
     return "DELETED" if change.is_delete else "COMMITTED"

@@ -10,8 +10,6 @@ Everything else imports these names from `ferry.kafka`.
 """
 
 from ferry.kafka.admin import (
-    ACTIVE_STATES,
-    INACTIVE_STATES,
     Cluster,
     ClusterError,
     CommitUnknownError,
@@ -34,8 +32,6 @@ from ferry.kafka.probes import first_records_at, offsets_for_timestamps
 from ferry.kafka.source import KafkaReadError, OffsetRange, read_ranges
 
 __all__ = [
-    "ACTIVE_STATES",
-    "INACTIVE_STATES",
     "Cluster",
     "ClusterError",
     "CommitUnknownError",

@@ -22,16 +22,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from ferry.status import GroupState
+
 TopicPartitionKey = tuple[str, int]
 
-ACTIVE_STATES = {
-    "STABLE",
-    "PREPARING_REBALANCE",
-    "COMPLETING_REBALANCE",
-    "ASSIGNING",
-    "RECONCILING",
-}
-INACTIVE_STATES = {"EMPTY", "DEAD"}
 
 
 class ClusterError(RuntimeError):
@@ -116,13 +110,13 @@ class Cluster:
 @dataclass(frozen=True)
 class GroupInfo:
     group: str
-    state: str  # upper-case Kafka state name, e.g. EMPTY, STABLE, DEAD, UNKNOWN
+    state: GroupState
     protocol_type: str | None = None
     members: tuple[dict, ...] = field(default_factory=tuple)
 
     @property
     def is_inactive(self) -> bool:
-        return self.state in INACTIVE_STATES
+        return self.state.is_inactive
 
 
 def _short(exc: BaseException) -> str:
@@ -382,7 +376,7 @@ def describe_groups(
     )
     out: dict[str, GroupInfo] = {}
     for group, desc in answers.items():
-        state = getattr(desc.state, "name", str(desc.state)).upper()
+        state = GroupState.parse(getattr(desc.state, "name", str(desc.state)))
         members = tuple(
             {
                 "member_id": m.member_id,
@@ -439,8 +433,9 @@ class GroupActiveError(ClusterError):
 
 
 def active_error(cluster: Cluster, info: GroupInfo) -> GroupActiveError:
-    state = info.state
-    return GroupActiveError(f"{cluster.name}: group {info.group} is {state}, not Empty; refused")
+    return GroupActiveError(
+        f"{cluster.name}: group {info.group} is {info.state.title}, not Empty or Dead; refused"
+    )
 
 
 def delete_groups(cluster: Cluster, groups: Sequence[str]) -> dict[str, str | None]:

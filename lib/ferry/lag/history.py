@@ -64,8 +64,8 @@ from pyspark.sql.types import (
 )
 
 from ferry import delta
-from ferry.kafka.admin import ACTIVE_STATES
 from ferry.lag.rules import group_status, partition_complete, partition_status
+from ferry.status import ACTIVE_STATES
 
 HISTORY_SCHEMA = StructType(
     [
@@ -162,7 +162,9 @@ def with_snapshot_columns(describe_df: DataFrame, snapshot_ms: int, cluster: str
     """
     is_assigned = F.col("member_id").isNotNull()
     has_assignments = F.max(is_assigned.cast("int")).over(Window.partitionBy("group")) == 1
-    is_active = F.coalesce(F.col("group_state").isin(*sorted(ACTIVE_STATES)), F.lit(False))
+    is_active = F.coalesce(
+        F.col("group_state").isin(*sorted(s.value for s in ACTIVE_STATES)), F.lit(False)
+    )
     is_consuming = is_active & (is_assigned | ~has_assignments)
     return describe_df.select(
         F.timestamp_millis(F.lit(snapshot_ms)).alias("snapshot_time"),

@@ -19,21 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ferry.kafka.admin import TopicPartitionKey
-from ferry.migrate import matching
 from ferry.migrate.plan import Plan
+from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus, PartitionStatus
 from ferry.write import commit
-
-READY = "READY"
-COMMITTED = commit.STATUS_COMMITTED
-ALREADY_MIGRATED = commit.STATUS_ALREADY_MIGRATED
-NOTHING_TO_MIGRATE = "NOTHING_TO_MIGRATE"
-PENDING = "PENDING"
-CLAIMED = commit.STATUS_CLAIMED
-REFUSED = commit.STATUS_REFUSED
-UNRESOLVED = "UNRESOLVED"
-
-DONE_STATUSES = {READY, COMMITTED, ALREADY_MIGRATED, NOTHING_TO_MIGRATE}
-RETRY_STATUSES = {PENDING, CLAIMED}
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -43,13 +31,13 @@ EXIT_TRY_AGAIN = 75  # EX_TEMPFAIL: only PENDING/CLAIMED groups are left; run ag
 @dataclass
 class GroupDecision:
     group: str
-    status: str
+    status: GroupStatus
     message: str | None
     offsets: dict[TopicPartitionKey, int]  # what would be written (READY only)
 
     @property
     def is_write(self) -> bool:
-        return self.status == READY
+        return self.status == GroupStatus.READY
 
 
 def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str, GroupDecision]:
@@ -60,15 +48,16 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
     by_group = plan.by_group()
     for group in plan.groups():
         rows = by_group.get(group, [])
-        note = plan.group_notes.get(group)
-        if note is not None:
-            status = NOTHING_TO_MIGRATE if not rows and "nothing to migrate" in note else REFUSED
+        if group in plan.group_notes:
+            status, note = plan.group_notes[group]
             out[group] = GroupDecision(group, status, note, {})
             continue
         unresolved = [r for r in rows if not r["is_resolved"]]
         if unresolved:
             bad = sorted({r["status"] for r in unresolved})
-            status = PENDING if bad == [matching.STATUS_PENDING] else UNRESOLVED
+            status = (
+                GroupStatus.PENDING if bad == [PartitionStatus.PENDING] else GroupStatus.UNRESOLVED
+            )
             message = f"{len(unresolved)} of {len(rows)} partitions unresolved ({', '.join(bad)})"
             if notes := sorted({r["note"] for r in unresolved if r.get("note")}):
                 message += f": {notes[0]}"
@@ -83,14 +72,19 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
         decision, reason = commit.forward_decision(targets, previous, allow_rewind)
         if decision == commit.DECISION_ALREADY:
             out[group] = GroupDecision(
-                group, ALREADY_MIGRATED, "destination at or past the plan on every partition", {}
+                group,
+                GroupStatus.ALREADY_MIGRATED,
+                "destination at or past the plan on every partition",
+                {},
             )
         elif decision == commit.DECISION_MIXED:
-            out[group] = GroupDecision(group, REFUSED, reason, {})
+            out[group] = GroupDecision(group, GroupStatus.REFUSED, reason, {})
         elif (again := _delivered_again(rows)) > max_duplicates:
-            out[group] = GroupDecision(group, REFUSED, _duplicates_message(rows, again), {})
+            out[group] = GroupDecision(
+                group, GroupStatus.REFUSED, _duplicates_message(rows, again), {}
+            )
         else:
-            out[group] = GroupDecision(group, READY, None, targets)
+            out[group] = GroupDecision(group, GroupStatus.READY, None, targets)
     return out
 
 
@@ -114,7 +108,7 @@ def _duplicates_message(rows: list[dict], again: int) -> str:
 
 def exit_code(statuses: Mapping[str, str]) -> int:
     """0 when every group is done, 75 when the rest only needs time, 1 otherwise."""
-    left = {s for s in statuses.values() if s not in DONE_STATUSES}
+    left = {GroupStatus(s) for s in statuses.values()} - DONE_STATUSES
     if not left:
         return EXIT_OK
     return EXIT_TRY_AGAIN if left <= RETRY_STATUSES else EXIT_INCOMPLETE

@@ -12,6 +12,7 @@ from pathlib import Path
 from ferry.kafka.admin import Cluster
 from ferry.migrate.decision import GroupDecision
 from ferry.migrate.plan import Plan
+from ferry.status import GroupStatus
 from ferry.write import commit
 from ferry.write.ledger import PHASE_PLAN, Ledger
 
@@ -90,7 +91,7 @@ def export_csv(plan: Plan, decisions: Mapping[str, GroupDecision], directory: st
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for group, rows in plan.by_group().items():
-        if decisions[group].status not in (commit.STATUS_COMMITTED, "READY") or not rows:
+        if decisions[group].status not in (GroupStatus.COMMITTED, "READY") or not rows:
             continue
         lines = sorted((r["dst_topic"], r["dst_partition"], r["destination_offset"]) for r in rows)
         path = out_dir / f"{_safe_name(group)}.csv"

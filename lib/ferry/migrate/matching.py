@@ -33,14 +33,16 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-STATUS_MATCHED = "MATCHED"
-STATUS_MATCHED_NEXT = "MATCHED_NEXT"
-STATUS_EMPTY = "EMPTY"
-STATUS_AMBIGUOUS = "AMBIGUOUS"
-STATUS_PENDING = "PENDING"
-STATUS_NOT_FOUND = "NOT_FOUND"
-STATUS_INCONSISTENT = "INCONSISTENT"
-RESOLVED_STATUSES = (STATUS_MATCHED, STATUS_MATCHED_NEXT, STATUS_EMPTY)
+from ferry.status import PartitionStatus
+
+STATUS_MATCHED = PartitionStatus.MATCHED.value
+STATUS_MATCHED_NEXT = PartitionStatus.MATCHED_NEXT.value
+STATUS_EMPTY = PartitionStatus.EMPTY.value
+STATUS_AMBIGUOUS = PartitionStatus.AMBIGUOUS.value
+STATUS_PENDING = PartitionStatus.PENDING.value
+STATUS_NOT_FOUND = PartitionStatus.NOT_FOUND.value
+STATUS_INCONSISTENT = PartitionStatus.INCONSISTENT.value
+RESOLVED_STATUSES = (STATUS_MATCHED, STATUS_MATCHED_NEXT, STATUS_EMPTY)  # exact mode's
 
 ANCHOR_KEYS = ["group", "src_topic", "src_partition"]
 COMMITTED_COLUMNS = [
@@ -113,9 +115,13 @@ def select_anchors(committed_df: DataFrame, src_context_df: DataFrame) -> DataFr
     partition). The marker sorts before a record at the same offset, which is "at or after".
     """
     c = committed_df.select(*COMMITTED_COLUMNS)
-    record_type = src_context_df.select(
-        F.struct("offset", "timestamp_ms", "sha256", "before", "after").alias("record")
-    ).schema["record"].dataType
+    record_type = (
+        src_context_df.select(
+            F.struct("offset", "timestamp_ms", "sha256", "before", "after").alias("record")
+        )
+        .schema["record"]
+        .dataType
+    )
     markers = c.select(
         F.col("src_topic").alias("topic"),
         F.col("src_partition").alias("partition"),

@@ -26,10 +26,11 @@ from ferry.migrate.extract import (
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
 from ferry.session import local_df
+from ferry.status import GroupStatus, PartitionStatus
 
 # Partition statuses added outside matching (refusals and missing destinations).
-STATUS_REFUSED = "REFUSED"
-STATUS_NO_DESTINATION = "NO_DESTINATION"
+STATUS_REFUSED = PartitionStatus.REFUSED.value
+STATUS_NO_DESTINATION = PartitionStatus.NO_DESTINATION.value
 
 COMMITTED_SCHEMA = StructType(
     [
@@ -48,7 +49,8 @@ COMMITTED_SCHEMA = StructType(
 @dataclass
 class Plan:
     rows: list[dict]  # one per group × source partition, matching's columns + previous_offset
-    group_notes: dict[str, str]  # group -> why it is not migrated (refusals etc.)
+    # group -> (status, why) for groups decided before matching (refused, nothing to migrate)
+    group_notes: dict[str, tuple[GroupStatus, str]]
 
     def groups(self) -> list[str]:
         return sorted(set(self.by_group()) | set(self.group_notes))
@@ -150,10 +152,13 @@ def build_plan(
             plan_rows.append(
                 _unmatched_row(group, topic, partition, disc, cfg, STATUS_REFUSED, reason)
             )
-    notes = dict(disc.refusals)
+    notes = {g: (GroupStatus.REFUSED, reason) for g, reason in disc.refusals.items()}
     for group in disc.groups:
         if not disc.committed[group] and group not in notes:
-            notes[group] = "no committed offsets on the selected topics: nothing to migrate"
+            notes[group] = (
+                GroupStatus.NOTHING_TO_MIGRATE,
+                "no committed offsets on the selected topics: nothing to migrate",
+            )
     plan_rows.sort(key=row_order)
     return Plan(plan_rows, notes)
 

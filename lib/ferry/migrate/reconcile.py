@@ -32,11 +32,12 @@ from ferry.migrate.extract import read_records, union_records, window_offsets
 from ferry.migrate.matching import plan_row
 from ferry.migrate.ranges import RangeBook, merge_intervals
 from ferry.session import local_df
+from ferry.status import PartitionStatus
 
-STATUS_RECONCILED = "RECONCILED"
-STATUS_PENDING = "PENDING"
-STATUS_NO_POSITION = "NO_POSITION"
-STATUS_BAND_TOO_WIDE = "BAND_TOO_WIDE"
+STATUS_RECONCILED = PartitionStatus.RECONCILED.value
+STATUS_PENDING = PartitionStatus.PENDING.value
+STATUS_NO_POSITION = PartitionStatus.NO_POSITION.value
+STATUS_BAND_TOO_WIDE = PartitionStatus.BAND_TOO_WIDE.value
 EDGE = 2  # records read either side of a committed offset to find its frontier
 
 POSITIONS_SCHEMA = StructType(

@@ -26,15 +26,8 @@ from dataclasses import dataclass, field
 
 from ferry import kafka
 from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.status import GroupStatus
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
-
-STATUS_COMMITTED = "COMMITTED"
-STATUS_DELETED = "DELETED"
-STATUS_ALREADY_MIGRATED = "ALREADY_MIGRATED"
-STATUS_REFUSED = "REFUSED"
-STATUS_CLAIMED = "CLAIMED"  # another run is writing this group; try again later
-STATUS_FAILED = "FAILED"
-STATUS_UNKNOWN = "UNKNOWN"  # sent, but whether it landed could not be learned
 
 # Groups per batch: each batch costs one describe, one fetch round, one write round, one
 # read-back round and one ledger commit; the check-to-write window grows with it.
@@ -83,7 +76,7 @@ class GroupWrite:
     is_delete: bool = False
     is_forward_only: bool = True
     allow_rewind: bool = False
-    already_status: str = STATUS_ALREADY_MIGRATED  # how "at or past the targets" is reported
+    already_status: str = GroupStatus.ALREADY_MIGRATED  # how "at or past the targets" is reported
 
 
 @dataclass
@@ -142,7 +135,10 @@ def execute_writes(
         for w in batch:
             if w.group in claims:
                 done[w.group] = WriteOutcome(
-                    w.group, STATUS_CLAIMED, False, f"run {claims[w.group]} is writing this group"
+                    w.group,
+                    GroupStatus.CLAIMED,
+                    False,
+                    f"run {claims[w.group]} is writing this group",
                 )
         outcomes.update(done)
         try:
@@ -179,9 +175,9 @@ def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, Writ
     out: dict[str, WriteOutcome] = {}
     may_write, failed, active = kafka.by_state(cluster, [w.group for w in batch])
     for group, error in failed.items():
-        out[group] = WriteOutcome(group, STATUS_FAILED, False, str(error))
+        out[group] = WriteOutcome(group, GroupStatus.FAILED, False, str(error))
     for group, error in active.items():
-        out[group] = WriteOutcome(group, STATUS_REFUSED, False, str(error))
+        out[group] = WriteOutcome(group, GroupStatus.REFUSED, False, str(error))
     inactive = [w for w in batch if w.group in may_write]
     errors: dict[str, kafka.ClusterError] = {}
     previous = kafka.committed_offsets(cluster, [w.group for w in inactive], errors)
@@ -189,7 +185,7 @@ def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, Writ
     for w in inactive:
         before = previous.get(w.group, {})
         if w.group in errors:
-            out[w.group] = WriteOutcome(w.group, STATUS_FAILED, False, str(errors[w.group]))
+            out[w.group] = WriteOutcome(w.group, GroupStatus.FAILED, False, str(errors[w.group]))
             continue
         decision, reason = (
             forward_decision(w.offsets, before, w.allow_rewind)
@@ -200,7 +196,7 @@ def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, Writ
             message = "at or past the plan now"
             out[w.group] = WriteOutcome(w.group, w.already_status, False, message, before)
         elif decision == DECISION_MIXED:
-            out[w.group] = WriteOutcome(w.group, STATUS_REFUSED, False, reason, before)
+            out[w.group] = WriteOutcome(w.group, GroupStatus.REFUSED, False, reason, before)
         else:
             (deletes if w.is_delete else alters).append(w)
     if deletes:
@@ -216,13 +212,13 @@ def _outcome(
     group: str, error: kafka.ClusterError | None, previous: dict[TopicPartitionKey, int]
 ) -> WriteOutcome:
     if error is None:
-        return WriteOutcome(group, STATUS_COMMITTED, True, None, previous)
+        return WriteOutcome(group, GroupStatus.COMMITTED, True, None, previous)
     if isinstance(error, kafka.CommitUnknownError):
-        status = STATUS_UNKNOWN
+        status = GroupStatus.UNKNOWN
     elif isinstance(error, kafka.GroupActiveError):
-        status = STATUS_REFUSED
+        status = GroupStatus.REFUSED
     else:
-        status = STATUS_FAILED
+        status = GroupStatus.FAILED
     return WriteOutcome(group, status, False, str(error), previous)
 
 
@@ -246,9 +242,9 @@ def _delete(
         elif left[g]:
             message = f"group {g} still has offsets"
         else:
-            out[g] = WriteOutcome(g, STATUS_DELETED, True, None, previous[g])
+            out[g] = WriteOutcome(g, GroupStatus.DELETED, True, None, previous[g])
             continue
-        out[g] = WriteOutcome(g, STATUS_FAILED, False, message, previous[g])
+        out[g] = WriteOutcome(g, GroupStatus.FAILED, False, message, previous[g])
     return out
 
 

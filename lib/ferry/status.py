@@ -1,0 +1,137 @@
+"""Every status Ferry reports, and the group states it reads, as enums in one place.
+
+Members are strings (`str` enums), so they compare equal to, print as, and serialize to their
+names in tables, JSON, CSV, the ledger and DataFrame columns: those names are a contract that
+schedulers and notebooks parse.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _Named(str, Enum):
+    """A str enum that prints and formats as its bare value on every Python version."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class GroupState(_Named):
+    """A consumer group's state as the broker reports it (DescribeGroups), upper-cased.
+
+    The inactive rule, with `kafka-consumer-groups --reset-offsets` as the reference: a group
+    may have its offsets changed only when it is EMPTY (no members; committed offsets kept) or
+    DEAD (no members and no metadata: the group does not exist, or is being removed). Every
+    other state — members consuming (STABLE), or a rebalance under way (PREPARING_REBALANCE,
+    COMPLETING_REBALANCE, and the KIP-848 ASSIGNING/RECONCILING) — means a consumer may commit
+    over what Ferry writes, and UNKNOWN (a state this client cannot name) is not proof of
+    absence: both are refused."""
+
+    EMPTY = "EMPTY"
+    DEAD = "DEAD"
+    STABLE = "STABLE"
+    PREPARING_REBALANCE = "PREPARING_REBALANCE"
+    COMPLETING_REBALANCE = "COMPLETING_REBALANCE"
+    ASSIGNING = "ASSIGNING"
+    RECONCILING = "RECONCILING"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def parse(cls, name: str | None) -> GroupState:
+        """The state for a client's state name (any case); UNKNOWN for one it does not know."""
+        key = (name or "").upper()
+        # confluent-kafka names two states its own way (PREPARING_REBALANCING, ...)
+        key = key.replace("REBALANCING", "REBALANCE")
+        return cls.__members__.get(key, cls.UNKNOWN)
+
+    @property
+    def is_inactive(self) -> bool:
+        return self in (GroupState.EMPTY, GroupState.DEAD)
+
+    @property
+    def is_active(self) -> bool:
+        """Members are consuming or rebalancing (UNKNOWN is neither active nor inactive)."""
+        return self not in (GroupState.EMPTY, GroupState.DEAD, GroupState.UNKNOWN)
+
+    @property
+    def title(self) -> str:
+        """Kafka's own spelling: Empty, Stable, PreparingRebalance, ..."""
+        return "".join(part.title() for part in self.value.split("_"))
+
+
+ACTIVE_STATES = frozenset(s for s in GroupState if s.is_active)
+INACTIVE_STATES = frozenset(s for s in GroupState if s.is_inactive)
+
+
+class PartitionStatus(_Named):
+    """One plan row's outcome (`status` column): a group partition (exact mode) or a group ×
+    destination partition (reconcile mode)."""
+
+    MATCHED = "MATCHED"  # the anchor's copy found: commit the record after it
+    MATCHED_NEXT = "MATCHED_NEXT"  # nothing consumed before the anchor: commit the copy itself
+    EMPTY = "EMPTY"  # nothing on the source after the committed offset: the destination's end
+    RECONCILED = "RECONCILED"  # reconcile mode: the first unconsumed record on this partition
+    AMBIGUOUS = "AMBIGUOUS"
+    PENDING = "PENDING"
+    NOT_FOUND = "NOT_FOUND"
+    INCONSISTENT = "INCONSISTENT"
+    NO_DESTINATION = "NO_DESTINATION"
+    NO_POSITION = "NO_POSITION"
+    BAND_TOO_WIDE = "BAND_TOO_WIDE"
+    REFUSED = "REFUSED"
+
+    @property
+    def is_resolved(self) -> bool:
+        return self in RESOLVED_PARTITION_STATUSES
+
+
+RESOLVED_PARTITION_STATUSES = frozenset(
+    {
+        PartitionStatus.MATCHED,
+        PartitionStatus.MATCHED_NEXT,
+        PartitionStatus.EMPTY,
+        PartitionStatus.RECONCILED,
+    }
+)
+
+
+class GroupStatus(_Named):
+    """One group's outcome in a run (`group_status`), what a scheduler acts on."""
+
+    READY = "READY"  # dry run: would be written
+    COMMITTED = "COMMITTED"
+    DELETED = "DELETED"
+    ALREADY_MIGRATED = "ALREADY_MIGRATED"
+    ALREADY_COPIED = "ALREADY_COPIED"
+    NOTHING_TO_MIGRATE = "NOTHING_TO_MIGRATE"
+    PENDING = "PENDING"  # the replica has not caught up: run again later
+    CLAIMED = "CLAIMED"  # another run is writing this group: run again later
+    REFUSED = "REFUSED"
+    UNRESOLVED = "UNRESOLVED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"  # sent, but whether it landed could not be learned
+
+    @property
+    def is_done(self) -> bool:
+        return self in DONE_STATUSES
+
+    @property
+    def is_retry(self) -> bool:
+        return self in RETRY_STATUSES
+
+
+DONE_STATUSES = frozenset(
+    {
+        GroupStatus.READY,
+        GroupStatus.COMMITTED,
+        GroupStatus.DELETED,
+        GroupStatus.ALREADY_MIGRATED,
+        GroupStatus.ALREADY_COPIED,
+        GroupStatus.NOTHING_TO_MIGRATE,
+    }
+)
+RETRY_STATUSES = frozenset({GroupStatus.PENDING, GroupStatus.CLAIMED})
