@@ -38,7 +38,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from ferry import kafka
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.testing.brokers import local_brokers
 from ferry.testing.produce import create_topics
 

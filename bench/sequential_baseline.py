@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from ferry import kafka
 from ferry.hashing import record_hasher
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.migrate.ranges import merge_intervals
 
 HASH = record_hasher(["key", "value"])

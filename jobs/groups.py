@@ -42,7 +42,7 @@ from ferry.cli import (
 )
 from ferry.config import load_config, require
 from ferry.groups import changes, describe, positions, reset
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.session import build_session
 from ferry.write import commit, rollback
 from ferry.write.ledger import Ledger, new_run_id

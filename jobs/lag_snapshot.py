@@ -25,7 +25,6 @@ from ferry.cli import (
 )
 from ferry.config import load_config, require
 from ferry.groups import describe, positions
-from ferry.kafka.admin import Cluster
 from ferry.lag import history
 
 
@@ -42,7 +41,7 @@ def main(argv: list[str]) -> int:
     cfg = load_config(args.config, args.set)
     require(cfg, "cluster", "history.path")
     check_regex("--group", args.group)
-    cluster = Cluster.from_config("cluster", cfg.cluster, cfg.reader.timeout_ms)
+    cluster = cfg.client("cluster")
     kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     progress = Progress(not args.quiet)
 

@@ -142,17 +142,11 @@ class FerryConfig:
         conf = getattr(self, section) or {}
         return f"{section} ({conf.get('bootstrap.servers', '?')})"
 
-    def client(self, section: str):  # noqa: ANN201 - ferry.kafka.admin.Cluster
-        """The named cluster section with this config's read and admin timeouts."""
-        from ferry.kafka.admin import Cluster
+    def client(self, section: str):  # noqa: ANN201 - ferry.kafka.Cluster
+        """The named cluster section with this config's read and admin settings."""
+        from ferry.kafka.cluster import Cluster
 
-        return Cluster.from_config(
-            section,
-            getattr(self, section),
-            self.reader.timeout_ms,
-            self.admin.timeout_ms,
-            self.admin.retry_ms,
-        )
+        return Cluster.from_config(self, section)
 
 
 SECTIONS: dict[str, type] = {

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from ferry import delta, kafka
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.testing.produce import create_topics, produce
 from ferry.write import commit, ledger
 

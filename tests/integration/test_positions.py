@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from ferry import kafka
 from ferry.config import ReaderConfig
 from ferry.groups import positions
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.lag import history
 from ferry.testing.produce import (
     Record,

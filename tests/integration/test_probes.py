@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ferry import kafka
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.testing.produce import Record, create_topics, produce
 
 pytestmark = pytest.mark.integration

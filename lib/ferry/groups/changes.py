@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from ferry import kafka
 from ferry.groups.describe import GroupState
 from ferry.groups.reset import ResetError, Target, resolve_targets, scoped_partitions
-from ferry.kafka.admin import Cluster, GroupInfo, TopicPartitionKey
+from ferry.kafka.admin import GroupInfo, TopicPartitionKey
+from ferry.kafka.cluster import Cluster
 from ferry.status import GroupStatus
 from ferry.write import commit
 

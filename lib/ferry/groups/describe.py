@@ -28,7 +28,8 @@ from pyspark.sql.types import (
 from ferry import kafka
 from ferry.config import ReaderConfig
 from ferry.groups import positions
-from ferry.kafka.admin import Cluster, GroupInfo, TopicPartitionKey
+from ferry.kafka.admin import GroupInfo, TopicPartitionKey
+from ferry.kafka.cluster import Cluster
 from ferry.session import local_df
 
 POSITIONS_SCHEMA = StructType(

@@ -45,7 +45,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from ferry import kafka
 from ferry.config import ReaderConfig
-from ferry.kafka.admin import Cluster, ClusterError, TopicPartitionKey
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.kafka.cluster import Cluster, ClusterError
 from ferry.kafka.source import OffsetRange, read_ranges
 from ferry.session import local_df
 

@@ -1,6 +1,7 @@
 """The one place Ferry talks to Kafka (with `ferry.testing`, which plays the clusters' users).
 
-- `cluster`-level calls in `admin`: metadata, watermarks, groups, committed offsets, deletes,
+- `cluster`: a cluster's properties and time limits, built one way from the config;
+- `admin`: metadata, watermarks, groups, committed offsets, deletes,
   all in bulk, under one retry policy;
 - `commits`: group offsets written one request per group, confirmed by reading them back;
 - `probes`: first records at offsets and verified timestamp lookups;
@@ -10,9 +11,6 @@ Everything else imports these names from `ferry.kafka`.
 """
 
 from ferry.kafka.admin import (
-    Cluster,
-    ClusterError,
-    CommitUnknownError,
     GroupActiveError,
     GroupInfo,
     TopicPartitionKey,
@@ -27,6 +25,7 @@ from ferry.kafka.admin import (
     list_topics,
     watermarks,
 )
+from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
 from ferry.kafka.commits import alter_offsets_each, by_state
 from ferry.kafka.probes import first_records_at, offsets_for_timestamps
 from ferry.kafka.source import KafkaReadError, OffsetRange, read_ranges

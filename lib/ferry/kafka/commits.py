@@ -18,9 +18,6 @@ import time
 from collections.abc import Mapping
 
 from ferry.kafka.admin import (
-    Cluster,
-    ClusterError,
-    CommitUnknownError,
     TopicPartitionKey,
     _needs_fresh_client,
     _short,
@@ -29,6 +26,7 @@ from ferry.kafka.admin import (
     describe_groups,
     is_transient,
 )
+from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
 
 
 def alter_offsets_each(

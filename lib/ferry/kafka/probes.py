@@ -11,14 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from ferry.kafka.admin import (
-    Cluster,
-    ClusterError,
-    TopicPartitionKey,
-    is_transient_error,
-    list_offsets,
-    watermarks,
-)
+from ferry.kafka.admin import TopicPartitionKey, is_transient_error, list_offsets, watermarks
+from ferry.kafka.cluster import Cluster, ClusterError
 
 
 def first_records_at(

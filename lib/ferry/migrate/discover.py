@@ -12,7 +12,8 @@ from typing import TypeVar
 
 from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.kafka.cluster import Cluster
 
 
 @dataclass

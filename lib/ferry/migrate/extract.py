@@ -23,7 +23,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.kafka.cluster import Cluster
 from ferry.kafka.source import OffsetRange, read_ranges
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs

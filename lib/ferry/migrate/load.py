@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.migrate.decision import GroupDecision
 from ferry.migrate.plan import Plan
 from ferry.status import GroupStatus

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from ferry.config import FerryConfig
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.migrate import matching, search
 from ferry.migrate.discover import Discovery, committed_rows
 from ferry.migrate.extract import (

@@ -25,7 +25,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.kafka.cluster import Cluster
 from ferry.migrate import placement
 from ferry.migrate.discover import Discovery
 from ferry.migrate.extract import read_records, union_records, window_offsets

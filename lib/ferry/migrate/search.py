@@ -44,7 +44,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka.admin import Cluster, TopicPartitionKey
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.kafka.cluster import Cluster
 from ferry.migrate import matching
 from ferry.migrate.extract import union_records, with_segments
 from ferry.migrate.ranges import RangeBook

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from ferry import kafka
-from ferry.kafka.admin import Cluster
+from ferry.kafka.cluster import Cluster
 from ferry.write import commit, ledger
 
 # What a rollback prints, per group partition (migrate and groups alike).
