@@ -87,9 +87,12 @@ class MatchingConfig:
 
 @dataclass(frozen=True)
 class ReaderConfig:
-    max_records_per_task: int = 50_000
-    timeout_ms: int = 30_000
+    max_records_per_task: int = 50_000  # reads through Spark: offsets per task at most
+    timeout_ms: int = 30_000  # a read (or probe) without progress for this long fails
     isolation_level: str = "read_committed"
+    # a read of at most this many offsets runs on the driver (no Spark job); larger ones
+    # through the ferry-kafka data source on the executors
+    driver_max_offsets: int = 250_000
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,14 @@ class OffsetsTopicConfig:
 
 
 @dataclass(frozen=True)
+class AuditConfig:
+    path: str | None = None  # Delta table the audit rows are appended to (none: not kept)
+    # A partition whose committed and exact offsets lie further apart is not read: its
+    # difference is the offset span, an upper bound on the records (is_counted false).
+    max_count_offsets: int = 100_000
+
+
+@dataclass(frozen=True)
 class FerryConfig:
     source: Mapping[str, str] | None = None
     destination: Mapping[str, str] | None = None
@@ -137,6 +148,7 @@ class FerryConfig:
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     history: HistoryConfig = field(default_factory=HistoryConfig)
     offsets: OffsetsTopicConfig = field(default_factory=OffsetsTopicConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
     def cluster_name(self, section: str) -> str:
         conf = getattr(self, section) or {}
@@ -158,6 +170,7 @@ SECTIONS: dict[str, type] = {
     "ledger": LedgerConfig,
     "history": HistoryConfig,
     "offsets": OffsetsTopicConfig,
+    "audit": AuditConfig,
 }
 ALL_KEYS = (
     list(CLUSTER_SECTIONS)
@@ -381,6 +394,9 @@ def _reader(d: dict, s: str) -> ReaderConfig:
         ),
         timeout_ms=_as_int(d.get("timeout_ms", default.timeout_ms), f"{s}.timeout_ms", 1),
         isolation_level=iso,
+        driver_max_offsets=_as_int(
+            d.get("driver_max_offsets", default.driver_max_offsets), f"{s}.driver_max_offsets", 0
+        ),
     )
 
 
@@ -417,6 +433,16 @@ def _history(d: dict, s: str) -> HistoryConfig:
     )
 
 
+def _audit(d: dict, s: str) -> AuditConfig:
+    default = AuditConfig()
+    return AuditConfig(
+        path=_optional_str(d.get("path"), f"{s}.path"),
+        max_count_offsets=_as_int(
+            d.get("max_count_offsets", default.max_count_offsets), f"{s}.max_count_offsets", 0
+        ),
+    )
+
+
 _SECTION_BUILDERS = {
     "groups": _selection,
     "topics": _topics,
@@ -426,6 +452,7 @@ _SECTION_BUILDERS = {
     "ledger": _ledger,
     "history": _history,
     "offsets": _paths(OffsetsTopicConfig),
+    "audit": _audit,
 }
 
 

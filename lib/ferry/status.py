@@ -135,3 +135,38 @@ DONE_STATUSES = frozenset(
     }
 )
 RETRY_STATUSES = frozenset({GroupStatus.PENDING, GroupStatus.CLAIMED})
+
+
+class AuditVerdict(_Named):
+    """One `audit` row's verdict (`verdict`): the destination group's committed offset against
+    Ferry's exact translation, or — when the plan could not resolve the exact offset — the
+    plan's own unresolved status, carried through under its name."""
+
+    EXACT = "EXACT"  # the same record, or only offsets holding no record (markers, gaps) between
+    BEHIND = "BEHIND"  # |difference| records would be delivered again
+    AHEAD = "AHEAD"  # difference records would be skipped (expected when the group is live)
+    NO_COMMIT = "NO_COMMIT"  # no committed offset: consumers start at auto.offset.reset
+    AMBIGUOUS = PartitionStatus.AMBIGUOUS.value
+    PENDING = PartitionStatus.PENDING.value
+    NOT_FOUND = PartitionStatus.NOT_FOUND.value
+    INCONSISTENT = PartitionStatus.INCONSISTENT.value
+    NO_DESTINATION = PartitionStatus.NO_DESTINATION.value
+    NO_POSITION = PartitionStatus.NO_POSITION.value
+    BAND_TOO_WIDE = PartitionStatus.BAND_TOO_WIDE.value
+    REFUSED = PartitionStatus.REFUSED.value
+
+    @classmethod
+    def unresolved(cls, status: str) -> AuditVerdict:
+        """The verdict of a plan row that did not resolve: its status, under the same name
+        (ValueError for a resolved status: those rows are compared)."""
+        return cls(PartitionStatus(status).value)
+
+    @property
+    def is_unresolved(self) -> bool:
+        return self not in COMPARED_VERDICTS
+
+
+# Verdicts of rows whose exact offset is known (the comparison ran).
+COMPARED_VERDICTS = frozenset(
+    {AuditVerdict.EXACT, AuditVerdict.BEHIND, AuditVerdict.AHEAD, AuditVerdict.NO_COMMIT}
+)

@@ -1,10 +1,14 @@
 """Discover: which source groups are selected, their states and committed offsets on both
 clusters, and the watermarks of every partition the plan needs — all fetched in bulk, before
 any record is read. Per cluster: one DescribeGroups for every group, every group's OffsetFetch
-in flight at once, two ListOffsets; the source's and the destination's calls overlap."""
+in flight at once, two ListOffsets; the source's and the destination's calls overlap.
+
+`migrate` refuses groups that are active on either side; `audit` (read-only) plans them too
+(`plan_active`), and reads whether the destination group is live from its state and members."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +38,8 @@ class Discovery:
     # source topic -> (source, destination partition count), for topics planned by
     # `ferry.migrate.reconcile` (records not in the same partitions on both sides)
     reconcile_topics: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # group -> members the destination broker reports (some brokers report none)
+    destination_members: dict[str, int] = field(default_factory=dict)
 
     def is_reconciled(self, topic: str) -> bool:
         return topic in self.reconcile_topics
@@ -66,15 +72,22 @@ def discover(
     cfg: FerryConfig,
     allow_active_source: bool,
     only: set[str] | None = None,
+    *,
+    plan_active: bool = False,
+    group_pattern: str | None = None,
 ) -> Discovery:
-    """Select groups (`only`: of these), check both sides' states, and fetch offsets and
-    watermarks in bulk."""
+    """Select groups (`only`: of these; `group_pattern`: whose id also fully matches it),
+    check both sides' states, and fetch offsets and watermarks in bulk. `plan_active`: refuse
+    no group for its state (active groups are planned, read-only callers only; the states are
+    in the answer)."""
     kafka.check_reachable(src)
     kafka.check_reachable(dst)
     groups = [
         g
         for g in kafka.list_groups(src)
-        if cfg.groups.matches(g) and (only is None or g in only)
+        if cfg.groups.matches(g)
+        and (only is None or g in only)
+        and (group_pattern is None or re.fullmatch(group_pattern, g))
     ]
     # The destination's offsets are fetched for every group, refused ones too: cheaper than
     # waiting for the states before asking.
@@ -87,6 +100,7 @@ def discover(
         destination_states={g: destination_info[g].state for g in groups},
         committed={},
         previous={},
+        destination_members={g: len(destination_info[g].members) for g in groups},
     )
     for group in groups:
         disc.committed[group] = {
@@ -94,7 +108,7 @@ def discover(
             for tp, off in committed_all[group].items()
             if not tp[0].startswith("__") and cfg.topics.matches(tp[0]) and tp[0] in src_topics
         }
-        if not source_info[group].is_inactive:
+        if not source_info[group].is_inactive and not plan_active:
             if allow_active_source:
                 disc.warnings.append(
                     f"source group {group} is {source_info[group].state}: its offsets may still "
@@ -105,7 +119,7 @@ def discover(
                     f"source group is {source_info[group].state}, not Empty; stop its consumers "
                     "or pass --allow-active-source"
                 )
-        if not destination_info[group].is_inactive:
+        if not destination_info[group].is_inactive and not plan_active:
             disc.refusals[group] = (
                 f"destination group is {destination_info[group].state}, not Empty; never moved"
             )

@@ -1,0 +1,268 @@
+"""Compare: every plan row against the offset its destination group has committed now — the
+verdict, the difference in records, whether the group is live — then the per-group and total
+summary and the exit code a scheduler acts on.
+
+Pure: plan rows (their `previous_offset` is the destination's committed offset, read by
+discovery), counted spans (`ferry.audit.count`) and group states in; audit rows and plain
+dicts out.
+
+Verdicts (`ferry.status.AuditVerdict`): EXACT (the same next record; offsets that hold no
+record between the two count as nothing), BEHIND (|difference| records delivered again), AHEAD
+(difference records skipped — unless the group is live on the destination: its consumers read
+them there), NO_COMMIT, or the plan's own unresolved status with its note. Exit: 0 when no
+partition of a group that is not live is AHEAD and nothing is unresolved, 75 when only PENDING
+rows stand in the way, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from ferry.audit.count import Count, row_span, signed_difference
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.status import AuditVerdict, GroupState, PartitionStatus
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1
+EXIT_TRY_AGAIN = 75  # only PENDING rows: the replica has not caught up; run again later
+
+# One row's fields, in this order in JSON and CSV (the first ten are the table output's).
+ROW_COLUMNS = [
+    "group",
+    "topic",
+    "partition",
+    "committed_offset",
+    "exact_offset",
+    "difference",
+    "verdict",
+    "is_live",
+    "group_state",
+    "note",
+    "is_counted",
+    "members",
+    "source_state",
+]
+TABLE_COLUMNS = ROW_COLUMNS[:10]
+
+# What an unresolved plan row means, when the plan gave no note of its own.
+STATUS_NOTES = {
+    PartitionStatus.PENDING: "the destination has not been written past the matching window "
+    "yet: run again once the replica has caught up",
+    PartitionStatus.AMBIGUOUS: "several destination records match the last consumed one with "
+    "equal context (raise matching.context)",
+    PartitionStatus.NOT_FOUND: "the last consumed record is not on the destination within the "
+    "matching window",
+    PartitionStatus.INCONSISTENT: "the last consumed record and the next one are not side by "
+    "side on the destination",
+    PartitionStatus.NO_DESTINATION: "no such destination partition",
+}
+
+GROUP_COUNTERS = (
+    "partitions",
+    "exact",
+    "behind",
+    "ahead",
+    "no_commit",
+    "unresolved",
+    "pending",
+    "uncounted",
+    "records_delivered_again",
+    "records_skipped",
+    "records_ahead_live",
+)
+
+
+def is_live(state: GroupState, members: int) -> bool:
+    """The group is consuming on the destination: an active state, or members reported."""
+    return state.is_active or members > 0
+
+
+def audit_rows(
+    plan_rows: Iterable[Mapping],
+    counts: Mapping[tuple, Count],
+    destination_states: Mapping[str, str],
+    destination_members: Mapping[str, int],
+    source_states: Mapping[str, str],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+) -> list[dict]:
+    """One audit row per plan row (group × destination partition)."""
+    out = []
+    for plan in plan_rows:
+        group = plan["group"]
+        state = GroupState.parse(destination_states.get(group))
+        members = destination_members.get(group, 0)
+        live = is_live(state, members)
+        row = {
+            "group": group,
+            "topic": plan["dst_topic"],
+            "partition": plan["dst_partition"],
+            "committed_offset": plan.get("previous_offset"),
+            "exact_offset": None,
+            "difference": None,
+            "is_live": live,
+            "group_state": state.value,
+            "is_counted": None,
+            "members": members,
+            "source_state": GroupState.parse(source_states.get(group)).value,
+        }
+        notes = [plan["note"]] if plan.get("note") else []
+        if not plan["is_resolved"]:
+            status = PartitionStatus(plan["status"])
+            row["verdict"] = AuditVerdict.unresolved(status)
+            notes = notes or [STATUS_NOTES.get(status, "")]
+        else:
+            row["exact_offset"] = plan["destination_offset"]
+            row["verdict"], more = _compare(plan, counts, live, bounds)
+            notes += more
+            if row["verdict"] != AuditVerdict.NO_COMMIT:
+                span = row_span(plan)
+                records, counted = counts[span] if span else (0, True)
+                row["difference"] = signed_difference(
+                    row["committed_offset"], row["exact_offset"], records
+                )
+                row["is_counted"] = counted
+        row["note"] = "; ".join(n for n in notes if n) or None
+        out.append(row)
+    return out
+
+
+def _compare(
+    plan: Mapping,
+    counts: Mapping[tuple, Count],
+    live: bool,
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+) -> tuple[AuditVerdict, list[str]]:
+    committed, exact = plan.get("previous_offset"), plan["destination_offset"]
+    if committed is None:
+        return AuditVerdict.NO_COMMIT, [
+            "no committed offset on the destination: consumers would start at "
+            "auto.offset.reset"
+        ]
+    if committed == exact:
+        return AuditVerdict.EXACT, []
+    records, counted = counts[row_span(plan)]  # type: ignore[index]
+    notes = []
+    start, end = bounds.get((plan["dst_topic"], plan["dst_partition"]), (None, None))
+    if start is not None and committed < start:
+        notes.append(
+            f"committed offset {committed} is before the log start {start}: consumers would "
+            "reset per auto.offset.reset"
+        )
+    if end is not None and committed > end:
+        notes.append(
+            f"committed offset {committed} is past the log end {end}: consumers would reset "
+            "per auto.offset.reset"
+        )
+    if not counted:
+        notes.append(
+            f"not counted: {records} offsets apart, more than audit.max_count_offsets; the "
+            "difference is the offset span, an upper bound on the records"
+        )
+    if counted and records == 0:
+        notes.append(
+            f"offsets {min(committed, exact)}..{max(committed, exact) - 1} hold no record "
+            "(transaction markers, compaction gaps): the same next record"
+        )
+        return AuditVerdict.EXACT, notes
+    if committed < exact:
+        return AuditVerdict.BEHIND, notes
+    if live:
+        notes.append(
+            "the group is live on the destination: its consumers have read these records "
+            "there (expected, not a loss)"
+        )
+    return AuditVerdict.AHEAD, notes
+
+
+def exit_code(rows: Sequence[Mapping]) -> int:
+    """0 when no partition of a group that is not live is AHEAD and nothing is unresolved; 75
+    when only PENDING rows stand in the way; 1 otherwise."""
+    blocking = {r["verdict"] for r in rows if _blocks(r)}
+    if not blocking:
+        return EXIT_OK
+    return EXIT_TRY_AGAIN if blocking == {AuditVerdict.PENDING} else EXIT_INCOMPLETE
+
+
+def _blocks(row: Mapping) -> bool:
+    verdict = AuditVerdict(row["verdict"])
+    return verdict.is_unresolved or (verdict == AuditVerdict.AHEAD and not row["is_live"])
+
+
+def summarize(rows: Sequence[Mapping], groups: Iterable[str] = ()) -> dict:
+    """{"groups": [one summary per group], "total": {...}} (see README, "audit"). `groups`
+    adds groups that have no rows (no committed offsets on the selected topics)."""
+    by_group: dict[str, list[Mapping]] = {g: [] for g in groups}
+    for r in rows:
+        by_group.setdefault(r["group"], []).append(r)
+    summaries = [_group_summary(g, rs) for g, rs in sorted(by_group.items())]
+    total: dict = {
+        "groups": len(summaries),
+        "live_groups": sum(1 for s in summaries if s["is_live"]),
+        **{c: sum(s[c] for s in summaries) for c in GROUP_COUNTERS},
+        "exit_code": exit_code(rows),
+    }
+    return {"groups": summaries, "total": total}
+
+
+def _group_summary(group: str, rows: Sequence[Mapping]) -> dict:
+    verdicts = [AuditVerdict(r["verdict"]) for r in rows]
+    live = bool(rows) and rows[0]["is_live"]
+    ahead = sum(r["difference"] or 0 for r in rows if r["verdict"] == AuditVerdict.AHEAD)
+    return {
+        "group": group,
+        "group_state": rows[0]["group_state"] if rows else None,
+        "is_live": live,
+        "members": rows[0]["members"] if rows else None,
+        "partitions": len(rows),
+        "exact": verdicts.count(AuditVerdict.EXACT),
+        "behind": verdicts.count(AuditVerdict.BEHIND),
+        "ahead": verdicts.count(AuditVerdict.AHEAD),
+        "no_commit": verdicts.count(AuditVerdict.NO_COMMIT),
+        "unresolved": sum(1 for v in verdicts if v.is_unresolved),
+        "pending": verdicts.count(AuditVerdict.PENDING),
+        "uncounted": sum(1 for r in rows if r["is_counted"] is False),
+        "records_delivered_again": -sum(
+            r["difference"] or 0 for r in rows if r["verdict"] == AuditVerdict.BEHIND
+        ),
+        "records_skipped": 0 if live else ahead,
+        "records_ahead_live": ahead if live else 0,
+        "exit_code": exit_code(rows),
+    }
+
+
+def summary_lines(summary: Mapping) -> list[str]:
+    """The summary as text, one line per group and a total line last (for table output)."""
+    lines = [f"{s['group']}: {_describe(s)}" for s in summary["groups"]]
+    t = summary["total"]
+    lines.append(
+        f"audited {t['groups']} groups ({t['live_groups']} live on the destination), "
+        f"{_describe(t)}; exit {t['exit_code']}"
+    )
+    return lines
+
+
+def _describe(s: Mapping) -> str:
+    live = ", live" if s.get("is_live") else ""
+    state = f"{s['group_state']}{live}: " if s.get("group_state") else ""
+    if not s["partitions"]:
+        return state + "no committed offsets on the selected topics"
+    parts = [f"{s['partitions']} partitions", f"{s['exact']} exact"]
+    if s["behind"]:
+        again = s["records_delivered_again"]
+        parts.append(f"{s['behind']} behind ({again} records delivered again)")
+    if s["ahead"]:
+        what = [f"{s['records_skipped']} records skipped"] if s["records_skipped"] else []
+        if s["records_ahead_live"]:
+            what.append(
+                f"{s['records_ahead_live']} records read on the destination by its live "
+                "consumers: expected"
+            )
+        parts.append(f"{s['ahead']} ahead ({', '.join(what)})")
+    if s["no_commit"]:
+        parts.append(f"{s['no_commit']} without a commit")
+    if s["unresolved"]:
+        pending = f", {s['pending']} PENDING" if s["pending"] else ""
+        parts.append(f"{s['unresolved']} unresolved{pending}")
+    if s["uncounted"]:
+        parts.append(f"{s['uncounted']} not counted (upper bounds)")
+    return state + ", ".join(parts)

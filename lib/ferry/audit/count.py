@@ -1,0 +1,184 @@
+"""Count: how many records lie between two offsets of a destination partition — what an audit
+row's `difference` (and `migrate`'s dry-run column of the same name) counts.
+
+Offsets are not records: compaction leaves gaps, every transaction leaves a marker offset, and
+a read_committed reader skips aborted records, so `committed - exact` overstates how many
+records consumers would receive again or miss. The records are read — their offsets only —
+from the destination with the reader's isolation level (what a consumer would see), each
+partition's spans merged first so an offset is read once however many groups share it, and
+counted in one Spark job: the spans' ends are placed among their partition's records, and a
+running count gives each end the number of records before it (linear in records + ends, where
+joining every span to every record would multiply them).
+
+What it costs: every offset between the two, once per partition, clamped to the log (offsets
+before the log start or past its end hold nothing to count). A span of more than
+`audit.max_count_offsets` offsets is not read (a live group far ahead, a translation off by
+millions): its difference is the clamped offset span, an upper bound on the records, reported
+as not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from ferry import kafka
+from ferry.config import FerryConfig
+from ferry.kafka.admin import TopicPartitionKey
+from ferry.kafka.cluster import Cluster
+from ferry.migrate.ranges import merge_intervals
+from ferry.session import local_df
+
+Span = tuple[str, int, int, int]  # topic, partition, lo, hi: the offsets [lo, hi), lo < hi
+Count = tuple[int, bool]  # records in the span, whether they were counted (else: offset span)
+
+SPANS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("lo", LongType(), False),
+        StructField("hi", LongType(), False),
+    ]
+)
+
+
+def row_span(row: Mapping) -> Span | None:
+    """The span between a plan row's destination offset now (`previous_offset`) and its exact
+    one (`destination_offset`); None when either is missing or they are equal."""
+    committed, exact = row.get("previous_offset"), row.get("destination_offset")
+    if committed is None or exact is None or committed == exact or row.get("dst_partition") is None:
+        return None
+    lo, hi = sorted((committed, exact))
+    return (row["dst_topic"], row["dst_partition"], lo, hi)
+
+
+def signed_difference(committed: int, exact: int, records: int) -> int:
+    """`committed - exact` in records: positive ahead (records skipped), negative behind
+    (records delivered again)."""
+    return records if committed > exact else -records
+
+
+def plan_counts(
+    spans: Iterable[Span],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    max_offsets: int,
+) -> tuple[dict[Span, Span], dict[Span, Count]]:
+    """Split spans into those to read — span → the span clamped to [log start, log end) — and
+    those answered without reading: empty once clamped (0 records), or wider than
+    `max_offsets` (the clamped offset span, not counted)."""
+    to_read: dict[Span, Span] = {}
+    answered: dict[Span, Count] = {}
+    for span in set(spans):
+        topic, partition, lo, hi = span
+        start, end = bounds[(topic, partition)]
+        lo_c, hi_c = max(lo, start), min(hi, end)
+        if hi_c <= lo_c:
+            answered[span] = (0, True)
+        elif hi_c - lo_c > max_offsets:
+            answered[span] = (hi_c - lo_c, False)
+        else:
+            to_read[span] = (topic, partition, lo_c, hi_c)
+    return to_read, answered
+
+
+def read_ranges_of(spans: Iterable[Span]) -> list[kafka.OffsetRange]:
+    """Each partition's spans merged into the fewest ranges (an offset read once)."""
+    by_partition: dict[TopicPartitionKey, list[tuple[int, int]]] = {}
+    for topic, partition, lo, hi in spans:
+        by_partition.setdefault((topic, partition), []).append((lo, hi))
+    return [
+        kafka.OffsetRange(topic, partition, lo, hi)
+        for (topic, partition), intervals in sorted(by_partition.items())
+        for lo, hi in merge_intervals(intervals)
+    ]
+
+
+def with_record_counts(spans_df: DataFrame, records_df: DataFrame) -> DataFrame:
+    """Spans (topic, partition, lo, hi) with `records`: how many of `records_df` (topic,
+    partition, offset) lie in [lo, hi). Every offset of a span must have been read.
+
+    Span ends and records in one offset order per partition; an end sorts before a record at
+    the same offset, so a running count of records gives each end the records before it, and
+    a span holds before(hi) - before(lo)."""
+    ends_df = (
+        spans_df.select("topic", "partition", F.col("lo").alias("offset"))
+        .union(spans_df.select("topic", "partition", F.col("hi").alias("offset")))
+        .distinct()
+        .withColumn("_is_record", F.lit(0))
+    )
+    marked_df = ends_df.unionByName(
+        records_df.select("topic", "partition", "offset", F.lit(1).alias("_is_record"))
+    )
+    ordered = (
+        Window.partitionBy("topic", "partition")
+        .orderBy("offset", "_is_record")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    before_df = (
+        marked_df.withColumn("_before", F.sum("_is_record").over(ordered))
+        .filter(F.col("_is_record") == 0)
+        .select("topic", "partition", F.col("offset").alias("_at"), "_before")
+    )
+    lo_df = before_df.withColumnRenamed("_at", "lo").withColumnRenamed("_before", "_lo_before")
+    hi_df = before_df.withColumnRenamed("_at", "hi").withColumnRenamed("_before", "_hi_before")
+    return (
+        spans_df.join(lo_df, ["topic", "partition", "lo"])
+        .join(hi_df, ["topic", "partition", "hi"])
+        .select(
+            "topic",
+            "partition",
+            "lo",
+            "hi",
+            (F.col("_hi_before") - F.col("_lo_before")).cast("long").alias("records"),
+        )
+    )
+
+
+def count_records(
+    spark: SparkSession,
+    dst: Cluster,
+    spans: Iterable[Span],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    cfg: FerryConfig,
+    progress: Callable[[str], None],
+) -> dict[Span, Count]:
+    """Records in each span of the destination (see the module docstring). `bounds` (log
+    start, log end) may leave partitions out: their watermarks are fetched."""
+    spans = set(spans)
+    if not spans:
+        return {}
+    missing = {(t, p) for t, p, _, _ in spans} - set(bounds)
+    if missing:
+        bounds = {**bounds, **kafka.watermarks(dst, missing)}
+    to_read, counts = plan_counts(spans, bounds, cfg.audit.max_count_offsets)
+    if not to_read:
+        return counts
+    ranges = read_ranges_of(to_read.values())
+    offsets = sum(r.end - r.start for r in ranges)
+    progress(
+        f"counting records between committed and exact offsets: {len(to_read)} spans, "
+        f"{offsets} offsets over {len({(r.topic, r.partition) for r in ranges})} partitions"
+        + (f" ({len(counts)} spans not read)" if counts else "")
+    )
+    records_df = kafka.read_ranges(
+        spark,
+        dst.conf,
+        ranges,
+        cluster=dst.name,
+        columns=("topic", "partition", "offset"),
+        max_records_per_partition=cfg.reader.max_records_per_task,
+        timeout_ms=cfg.reader.timeout_ms,
+        isolation_level=cfg.reader.isolation_level,
+    )
+    clamped = sorted(set(to_read.values()))
+    spans_df = local_df(spark, clamped, SPANS_SCHEMA)
+    found = {
+        (r.topic, r.partition, r.lo, r.hi): r.records
+        for r in with_record_counts(spans_df, records_df).collect()
+    }
+    for span, read in to_read.items():
+        counts[span] = (found[read], True)
+    return counts
