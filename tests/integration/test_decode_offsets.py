@@ -2,9 +2,10 @@
 
 The tansu test broker keeps committed offsets in its own storage, not in a topic, but it lets
 a client create a topic named `__consumer_offsets` and produce to it. So these tests write
-coordinator records in Kafka's binary layout (built by the unit tests' independent encoder)
-into a real `__consumer_offsets`, and the job reads it under its default name. The broker is
-shared by the whole test run: rows are matched to the records produced here by their offsets.
+coordinator records in Kafka's binary layout (built by `ferry.testing.coordinator`, an encoder
+independent of the decoder) into a real `__consumer_offsets`, and the job reads it under its
+default name. The broker is shared by the whole test run: rows are matched to the records
+produced here by their offsets.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from ferry import offsets_topic
-from ferry.testing.produce import Record, create_topics, produce
-
-from ..unit.test_offsets_topic import (
+from ferry.testing.coordinator import (
     assignment,
     commit_key,
     commit_value,
@@ -30,6 +29,8 @@ from ..unit.test_offsets_topic import (
     member,
     string,
 )
+from ferry.testing.produce import Record, create_topics, produce
+
 from .jobrunner import run_job
 
 pytestmark = pytest.mark.integration
