@@ -45,6 +45,7 @@ PLAN_COLUMNS = [
     "dst_partition",
     "destination_offset",
     "previous_offset",
+    "difference",
     "status",
     "candidate_count",
     "duplicates",
@@ -152,6 +153,8 @@ def main(argv: list[str]) -> int:
             raise
     else:
         migrate.record_dry_run(plan, decisions, dst, ledger)
+        # how far groups already at or past the plan are from it, in records (as `audit`)
+        migrate.dry_run_differences(spark, dst, plan, decisions, cfg, progress)
     if args.export_dir:
         paths = migrate.export_csv(plan, decisions, args.export_dir)
         progress(f"exported {len(paths)} CSV files to {args.export_dir}")

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 import pytest
 
 from ferry.audit import AUDIT_SCHEMA, audit_rows, exit_code, summarize, summary_lines
-from ferry.audit.count import SPANS_SCHEMA, plan_counts, read_ranges_of, with_record_counts
 from ferry.audit.table import table_rows
 from ferry.kafka.source import OffsetRange
+from ferry.migrate.difference import SPANS_SCHEMA, plan_counts, read_ranges_of, with_record_counts
 from ferry.session import local_df
 from ferry.status import RESOLVED_PARTITION_STATUSES, AuditVerdict, GroupState, PartitionStatus
 

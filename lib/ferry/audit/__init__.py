@@ -6,14 +6,17 @@ The stages, top to bottom:
 1. `ferry.migrate.discover` with `plan_active` (groups active on either side are planned,
    not refused) and `ferry.migrate.build_plan`: the exact plan, exactly as `migrate` makes it,
    reconcile mode included; each row carries the destination's committed offset.
-2. `count` (read): the records between each committed and exact offset on the destination.
+2. `ferry.migrate.difference` (read): the records between each committed and exact offset
+   on the destination — shared with `migrate`'s dry run, whose `difference` column for
+   ALREADY_MIGRATED groups counts the same way.
 3. `compare` (pure): one row per group × destination partition with its verdict, the
    summary per group and in total, and the exit code.
 4. `table`: the rows appended to the Delta table at `audit.path` (`AUDIT_SCHEMA`).
 
-A package rather than a module of `ferry.migrate`: the audit is a job of its own with three
-concerns (reading and counting, the comparison, its table), and `migrate`'s dry run uses its
-counting for the same `difference` column.
+A package of its own rather than a module of `ferry.migrate`: the audit is a job with its own
+verdicts, summary, exit rule and table, built on the migrate stages without changing them
+(the dependency runs one way, audit → migrate); the counting both jobs need lives with the
+migrate stages.
 """
 
 from ferry.audit.compare import (
@@ -25,8 +28,8 @@ from ferry.audit.compare import (
     summarize,
     summary_lines,
 )
-from ferry.audit.count import count_records, row_span
 from ferry.audit.table import AUDIT_SCHEMA, append
+from ferry.migrate.difference import count_records, row_span
 
 __all__ = [
     "AUDIT_SCHEMA",

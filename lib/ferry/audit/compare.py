@@ -3,7 +3,7 @@ verdict, the difference in records, whether the group is live — then the per-g
 summary and the exit code a scheduler acts on.
 
 Pure: plan rows (their `previous_offset` is the destination's committed offset, read by
-discovery), counted spans (`ferry.audit.count`) and group states in; audit rows and plain
+discovery), counted spans (`ferry.migrate.difference`) and group states in; audit rows and plain
 dicts out.
 
 Verdicts (`ferry.status.AuditVerdict`): EXACT (the same next record; offsets that hold no
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from ferry.audit.count import Count, row_span, signed_difference
 from ferry.kafka.admin import TopicPartitionKey
+from ferry.migrate.difference import Count, row_span, signed_difference
 from ferry.status import AuditVerdict, GroupState, PartitionStatus
 
 EXIT_OK = 0

@@ -17,7 +17,13 @@ once, top to bottom:
 
 from ferry.migrate.decision import GroupDecision, decide, exit_code
 from ferry.migrate.discover import Discovery, discover
-from ferry.migrate.load import commit_groups, export_csv, ledger_rows, record_dry_run
+from ferry.migrate.load import (
+    commit_groups,
+    dry_run_differences,
+    export_csv,
+    ledger_rows,
+    record_dry_run,
+)
 from ferry.migrate.plan import Plan, build_plan
 from ferry.migrate.ranges import merge_intervals
 
@@ -29,6 +35,7 @@ __all__ = [
     "commit_groups",
     "decide",
     "discover",
+    "dry_run_differences",
     "exit_code",
     "export_csv",
     "ledger_rows",

@@ -1,6 +1,7 @@
 """Load: write the decided groups through `ferry.write.commit` (write-ahead ledger, claims, fresh
-checks and one verified request per group, many groups per batch), record dry runs, and
-export CSV files."""
+checks and one verified request per group, many groups per batch), record dry runs (with how far
+ALREADY_MIGRATED groups are from the plan, counted as `audit` counts it), and export CSV
+files."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
+from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.migrate.decision import GroupDecision
+from ferry.migrate.difference import add_differences
 from ferry.migrate.plan import Plan
 from ferry.status import GroupStatus
 from ferry.write import commit
@@ -55,6 +60,25 @@ def record_dry_run(
     plan: Plan, decisions: Mapping[str, GroupDecision], dst: Cluster, ledger: Ledger
 ) -> None:
     ledger.append(ledger_rows(plan, decisions, dst), PHASE_PLAN)
+
+
+def dry_run_differences(
+    spark: SparkSession,
+    dst: Cluster,
+    plan: Plan,
+    decisions: Mapping[str, GroupDecision],
+    cfg: FerryConfig,
+    progress: Callable[[str], None],
+) -> None:
+    """The plan rows of ALREADY_MIGRATED groups get `difference`: the records from the plan's
+    offset to the one the destination group has (what `audit` reports for them)."""
+    add_differences(
+        spark,
+        dst,
+        (r for r in plan.rows if decisions[r["group"]].status == GroupStatus.ALREADY_MIGRATED),
+        cfg,
+        progress,
+    )
 
 
 def commit_groups(

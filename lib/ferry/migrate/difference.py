@@ -1,5 +1,5 @@
-"""Count: how many records lie between two offsets of a destination partition — what an audit
-row's `difference` (and `migrate`'s dry-run column of the same name) counts.
+"""Difference: how many records lie between two offsets of a destination partition — what an
+`audit` row's `difference` and `migrate`'s dry-run column of the same name count.
 
 Offsets are not records: compaction leaves gaps, every transaction leaves a marker offset, and
 a read_committed reader skips aborted records, so `committed - exact` overstates how many
@@ -182,3 +182,26 @@ def count_records(
     for span, read in to_read.items():
         counts[span] = (found[read], True)
     return counts
+
+
+def add_differences(
+    spark: SparkSession,
+    dst: Cluster,
+    rows: Iterable[dict],
+    cfg: FerryConfig,
+    progress: Callable[[str], None],
+) -> None:
+    """Set `difference` (previous_offset - destination_offset, in records) on plan rows whose
+    destination group has an offset; a span too wide to count says so in the row's note."""
+    rows = [r for r in rows if r.get("previous_offset") is not None]
+    counts = count_records(spark, dst, {s for r in rows if (s := row_span(r))}, {}, cfg, progress)
+    for r in rows:
+        span = row_span(r)
+        if span is None:
+            r["difference"] = 0 if r.get("destination_offset") is not None else None
+            continue
+        records, counted = counts[span]
+        r["difference"] = signed_difference(r["previous_offset"], r["destination_offset"], records)
+        if not counted:
+            bound = "difference not counted (more offsets apart than audit.max_count_offsets)"
+            r["note"] = f"{r['note']}; {bound}" if r.get("note") else bound
