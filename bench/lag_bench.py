@@ -136,7 +136,7 @@ def reference_next_records(
     for t, p, o in sorted(positions):
         by_partition.setdefault((t, p), []).append(o)
     out = {}
-    consumer = cluster.consumer()
+    consumer = kafka.RangeReader(cluster)
     try:
         while by_partition:
             round_ = {tp: offsets.pop() for tp, offsets in by_partition.items()}

@@ -4,10 +4,11 @@
         [--from earliest|latest-snapshot] [-o table|json|csv] [--set KEY=VALUE ...]
 
 Reads every partition of the topic from the `cluster` section, from log start to log end,
-through the `ferry-kafka` source and decodes each record on the executors (see
-ferry.offsets_topic). `--from earliest` (default) keeps every record: the full history.
-`--from latest-snapshot` keeps only the latest record per partition and key, what log
-compaction converges to; tombstones are kept as deletions.
+with `ferry.kafka.read` (on the driver, or through Spark when larger than
+`reader.driver_max_offsets`) and decodes each record in Spark (see ferry.offsets_topic).
+`--from earliest` (default) keeps every record: the full history. `--from latest-snapshot`
+keeps only the latest record per partition and key, what log compaction converges to;
+tombstones are kept as deletions.
 
 Each run appends to three Delta tables, every row tagged with the run id: offset commits to
 offsets.commits_path, group metadata to offsets.groups_path, and to offsets.quarantine_path
@@ -40,7 +41,6 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.kafka.source import OffsetRange, read_ranges
 from ferry.session import build_session
 from ferry.write.ledger import new_run_id
 
@@ -76,21 +76,14 @@ def main(argv: list[str]) -> int:
     if partitions is None:
         raise UsageError(f"topic {args.topic} does not exist on {cluster.name}")
     bounds = kafka.watermarks(cluster, [(args.topic, p) for p in range(partitions)])
-    ranges = [OffsetRange(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items()) if e > s]
+    ranges = [kafka.OffsetRange(t, p, s, e) for (t, p), (s, e) in sorted(bounds.items()) if e > s]
     total = sum(r.end - r.start for r in ranges)
     progress(f"reading up to {total} records from {partitions} partitions of {args.topic}")
 
     spark = build_session("ferry-decode-offsets")
-    records_df = read_ranges(
-        spark,
-        cluster.conf,
-        ranges,
-        cluster=cluster.name,
-        columns=offsets_topic.INPUT_COLUMNS,
-        max_records_per_partition=cfg.reader.max_records_per_task,
-        timeout_ms=cfg.reader.timeout_ms,
-        isolation_level=cfg.reader.isolation_level,  # an isolation.level in `cluster` wins
-    )
+    # On the driver or through Spark by size; an isolation.level in `cluster` wins over
+    # reader.isolation_level.
+    records_df = kafka.read(spark, cluster, ranges, columns=offsets_topic.INPUT_COLUMNS)
     decoded_df = offsets_topic.with_decoded(records_df)
     if args.read_from == "latest-snapshot":
         decoded_df = offsets_topic.filter_latest_per_key(decoded_df)

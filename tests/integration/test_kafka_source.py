@@ -1,7 +1,11 @@
-"""The ferry-kafka data source against a real local broker."""
+"""Reading records against a real local broker: `ferry.kafka.read` on both of its paths (the
+driver, and the `ferry-kafka` data source on the executors) gives the same rows, gaps
+included; the read loop's reconnect rule and time limit."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 
 import pytest
@@ -10,13 +14,28 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from ferry import kafka
+from ferry.cli import one_line
 from ferry.hashing import record_hasher
-from ferry.kafka.source import FULL_SCHEMA, OffsetRange, plan_partitions, read_ranges
-from ferry.testing.produce import Record, create_topics, produce
+from ferry.kafka import Cluster, OffsetRange
+from ferry.kafka.source import FULL_SCHEMA, plan_partitions
+from ferry.testing.brokers import start_broker
+from ferry.testing.produce import Record, create_topics, produce, produce_transactions
 
 pytestmark = pytest.mark.integration
 
 BASE_TS = 1_750_000_000_000
+PATHS = ("driver", "spark")
+
+
+def on(path: str, config: dict, name: str = "c", **settings) -> Cluster:
+    """A cluster whose reads `ferry.kafka.read` sends down `path`."""
+    limit = 10**9 if path == "driver" else 0
+    return Cluster(name, config, driver_max_offsets=limit, **settings)
+
+
+@pytest.fixture(params=PATHS)
+def path(request) -> str:
+    return request.param
 
 
 def _expected_df(spark, topic, partition, records, offsets, hashed=False):
@@ -64,11 +83,11 @@ def topic(cluster):
     return name, {0: (p0, off0), 1: (p1, off1)}
 
 
-def test_reads_exactly_what_was_produced(spark, cluster, topic):
+def test_reads_exactly_what_was_produced(spark, cluster, topic, path):
     name, data = topic
-    df = read_ranges(
+    df = kafka.read(
         spark,
-        cluster.config,
+        on(path, cluster.config),
         [OffsetRange(name, 0, 0, 30), OffsetRange(name, 1, 0, 2)],
         hash_fields=["key", "value"],
     )
@@ -78,12 +97,13 @@ def test_reads_exactly_what_was_produced(spark, cluster, topic):
     assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_subrange_empty_range_and_range_past_end(spark, cluster, topic):
+def test_subrange_empty_range_and_range_past_end(spark, cluster, topic, path):
     name, data = topic
     records, offsets = data[0]
-    df = read_ranges(
+    c = on(path, cluster.config)
+    df = kafka.read(
         spark,
-        cluster.config,
+        c,
         [
             OffsetRange(name, 0, 10, 20),  # a middle slice
             OffsetRange(name, 0, 25, 25),  # empty
@@ -95,7 +115,7 @@ def test_subrange_empty_range_and_range_past_end(spark, cluster, topic):
     assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
     # nothing but empty ranges (or none at all) is an empty DataFrame, not an error
     for ranges in ([OffsetRange(name, 0, 25, 25), OffsetRange(name, 2, 0, 10)], []):
-        nothing = read_ranges(spark, cluster.config, ranges, hash_fields=["key", "value"])
+        nothing = kafka.read(spark, c, ranges, hash_fields=["key", "value"])
         assert nothing.count() == 0 and "sha256" in nothing.columns
 
 
@@ -106,23 +126,19 @@ def test_split_ranges_give_the_same_rows(spark, cluster, topic):
     assert all(task.size <= 7 for task in planned)
     assert sum(task.size for task in planned) == 32
     assert len(plan_partitions(ranges, 100, min_partitions=1)) == 1  # small ranges share a task
-    whole = read_ranges(spark, cluster.config, ranges, hash_fields=["key", "value", "headers"])
-    split = read_ranges(
-        spark,
-        cluster.config,
-        ranges,
-        hash_fields=["key", "value", "headers"],
-        max_records_per_partition=7,
-    )
+    fields = ["key", "value", "headers"]
+    whole = kafka.read(spark, on("driver", cluster.config), ranges, hash_fields=fields)
+    split_cluster = on("spark", cluster.config, max_records_per_task=7)
+    split = kafka.read(spark, split_cluster, ranges, hash_fields=fields)
     assert split.rdd.getNumPartitions() == len(planned)
     assert_df_equality(whole, split, ignore_row_order=True)
 
 
-def test_headers_and_column_projection(spark, cluster, topic):
+def test_headers_and_column_projection(spark, cluster, topic, path):
     name, _ = topic
-    df = read_ranges(
+    df = kafka.read(
         spark,
-        cluster.config,
+        on(path, cluster.config),
         [OffsetRange(name, 0, 6, 7)],
         columns=["offset", "headers"],
         hash_fields=["key", "value", "headers"],
@@ -139,27 +155,129 @@ def test_headers_and_column_projection(spark, cluster, topic):
     assert row.sha256 == record_hasher(["key", "value", "headers"])(b"hdr", b"v", [("empty", None)])
 
 
-def test_reader_never_joins_or_commits(spark, cluster, topic):
+@pytest.fixture(scope="module")
+def gappy(cluster):
+    """One partition with offsets that hold no record: plain records, a committed transaction,
+    an aborted one, plain records, a committed transaction last (the log ends in its marker).
+    Returns (topic, log end)."""
+    name = f"gappy-{int(time.time() * 1000)}"
+    create_topics(cluster.config, {name: 1})
+
+    def records(n: int, tag: str) -> list[Record]:
+        return [Record(f"{tag}{i}".encode(), f"{tag}-{i}".encode(), BASE_TS + i) for i in range(n)]
+
+    produce(cluster.config, name, 0, records(5, "a"))
+    produce_transactions(cluster.config, name, 0, [records(3, "t")], commit=True)
+    produce_transactions(cluster.config, name, 0, [records(2, "x")], commit=False)
+    produce(cluster.config, name, 0, records(4, "b"))
+    produce_transactions(cluster.config, name, 0, [records(2, "u")], commit=True)
+    end = kafka.watermarks(Cluster("c", cluster.config), [(name, 0)])[(name, 0)][1]
+    return name, end
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_driver_and_spark_give_identical_rows_across_gaps(spark, cluster, gappy, isolation):
+    """Range boundaries on records, on transaction markers and past the log end, read both
+    ways: the same rows; and with `to_next_record`, the same record after each range's end."""
+    name, end = gappy
+    ranges = [OffsetRange(name, 0, s, e) for s, e in ((0, 3), (4, 9), (9, 12), (13, end + 5))]
+    singles = [OffsetRange(name, 0, o, o + 1) for o in (8, 11, end - 1)]  # 8, 11, end - 1: markers
+
+    def rows(path: str, ranges: list[OffsetRange], to_next_record: bool = False) -> list:
+        c = on(path, cluster.config, isolation_level=isolation)
+        df = kafka.read(spark, c, ranges, hash_fields=["key"], to_next_record=to_next_record)
+        return sorted(df.collect())
+
+    read = rows("driver", ranges)
+    assert read == rows("spark", ranges)
+    offsets = [r.offset for r in read]
+    assert offsets[:7] == [0, 1, 2, 4, 5, 6, 7], offsets  # 3 is outside, 8 a marker
+    assert not {8, 11, end - 1} & set(offsets) and offsets[-1] == end - 2
+    # each single offset is a marker: the record after it, or none after the last
+    after = rows("driver", singles, to_next_record=True)
+    assert after == rows("spark", singles, to_next_record=True)
+    every = [r.offset for r in rows("driver", [OffsetRange(name, 0, 0, end)])]
+    assert [r.offset for r in after] == [min(o for o in every if o > m) for m in (8, 11)]
+    assert rows("driver", singles) == rows("spark", singles) == []
+
+
+def test_reader_never_joins_or_commits(spark, cluster, topic, path):
     name, _ = topic
-    before = set(kafka.list_groups(kafka.Cluster("c", cluster.config)))
-    read_ranges(spark, cluster.config, [OffsetRange(name, 0, 0, 30)]).count()
-    after = set(kafka.list_groups(kafka.Cluster("c", cluster.config)))
+    before = set(kafka.list_groups(Cluster("c", cluster.config)))
+    kafka.read(spark, on(path, cluster.config), [OffsetRange(name, 0, 0, 30)]).count()
+    after = set(kafka.list_groups(Cluster("c", cluster.config)))
     assert after == before
 
 
-def test_unreachable_broker_fails_within_timeout_naming_it(spark):
-    from ferry.cli import one_line
-
+def test_unreachable_broker_fails_within_timeout_naming_it(spark, path):
+    gone = on(path, {"bootstrap.servers": "127.0.0.1:9"}, "destination", timeout_s=2)
     start = time.monotonic()
     with pytest.raises(Exception) as info:
-        read_ranges(
-            spark,
-            {"bootstrap.servers": "127.0.0.1:9"},
-            [OffsetRange("gone", 0, 0, 10)],
-            cluster="destination",
-            timeout_ms=2000,
-        ).collect()
+        kafka.read(spark, gone, [OffsetRange("gone", 0, 0, 10)]).collect()
     elapsed = time.monotonic() - start
     message = one_line(info.value)
-    assert "destination gone[0]" in message and "timed out after 2000 ms" in message, message
+    assert message.startswith("destination: timed out after 2000 ms reading gone[0]"), message
     assert elapsed < 20
+
+
+@pytest.fixture(scope="module")
+def proxied():
+    """A broker reached only through a FaultProxy, with one partition of 3,000 records."""
+    broker = start_broker("source-faults", proxied=True)
+    try:
+        create_topics(broker.config, {"big": 1})
+        rows = [Record(f"k{i}".encode(), b"v" * 200, BASE_TS + i) for i in range(3000)]
+        produce(broker.config, "big", 0, rows)
+        yield broker
+    finally:
+        broker.stop()
+
+
+BIG = [OffsetRange("big", 0, 0, 3000)]
+BIG_ROWS = [(0, i) for i in range(3000)]
+
+
+@pytest.mark.faults
+def test_reads_survive_dropped_connections_and_fail_when_the_broker_is_gone(spark, proxied, path):
+    """Connections dropped mid-read, and the cluster unreachable for a while, cost no rows;
+    gone for good, the read fails after the reader timeout, naming the partition."""
+    c = on(path, proxied.config, "proxied", timeout_s=8)
+    dropped = proxied.proxy.arm(1, "drop")  # at the first fetch request
+    got = kafka.read(spark, c, BIG, columns=["partition", "offset"]).collect()
+    assert dropped.is_set() and sorted(tuple(r) for r in got) == BIG_ROWS
+
+    proxied.proxy.cut()  # away for 3 s, then back
+    threading.Timer(3, proxied.proxy.restore).start()
+    got = kafka.read(spark, c, BIG, columns=["partition", "offset"]).collect()
+    assert sorted(tuple(r) for r in got) == BIG_ROWS
+
+    proxied.proxy.cut()
+    start = time.monotonic()
+    try:
+        with pytest.raises(Exception) as info:
+            kafka.read(spark, dataclasses.replace(c, timeout_s=3), BIG).collect()
+    finally:
+        proxied.proxy.restore()
+    message = one_line(info.value)
+    assert message.startswith("proxied: timed out after 3000 ms reading big[0]"), message
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.faults
+def test_a_stalled_read_resumes_on_a_fresh_consumer_where_it_stopped(proxied):
+    """The reconnect rule: no progress for a quarter of the timeout replaces the consumer,
+    which resumes after the last record seen (no record twice, none missing)."""
+    # Small fetches, no prefetching: the read is still going when the cluster goes away.
+    small = {"fetch.max.bytes": 4096, "message.max.bytes": 4096, "queued.min.messages": 1}
+    c = Cluster(
+        "proxied", {**proxied.config, **small, "max.partition.fetch.bytes": 4096}, timeout_s=8
+    )
+    offsets: list[int] = []
+    with kafka.RangeReader(c) as reader:
+        for _, messages in reader.read([OffsetRange("big", 0, 0, 300)]):
+            if not offsets:  # the cluster goes away after the first records
+                proxied.proxy.cut()
+                threading.Timer(3, proxied.proxy.restore).start()
+            offsets += [m.offset() for m in messages]
+        assert reader.renewals >= 1
+    assert offsets == list(range(300))

@@ -17,7 +17,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from ferry import kafka
-from ferry.config import ReaderConfig
 from ferry.groups import positions
 from ferry.kafka.cluster import Cluster
 from ferry.lag import history
@@ -56,9 +55,7 @@ def world(cluster):
     def plain(partition: int, count: int) -> list[int]:
         start = produced_end(cluster, topic, partition)
         stamps = [BASE + (start + i) * 1000 for i in range(count)]
-        return produce(
-            cluster.config, topic, partition, [Record(None, b"p", ts) for ts in stamps]
-        )
+        return produce(cluster.config, topic, partition, [Record(None, b"p", ts) for ts in stamps])
 
     def tx(count: int, commit: bool) -> list[int]:
         start = produced_end(cluster, topic, 0)
@@ -123,28 +120,45 @@ def expected_next(visible: list[int], position: int) -> tuple[int, int] | None:
     return (after[0], BASE + after[0] * 1000) if after else None
 
 
+def read_each(cluster: Cluster, wanted: set) -> dict:
+    """The reference: each position's first record read on its own (one probe per position,
+    one position per partition at a time)."""
+    out = {}
+    pending = sorted(wanted)
+    while pending:
+        round_ = {}
+        for t, p, o in pending:
+            round_.setdefault((t, p), o)
+        for (t, p), found in kafka.first_records_at(cluster, round_).items():
+            out[(t, p, round_[(t, p)])] = found
+        pending = [w for w in pending if w not in out]
+    return out
+
+
 @pytest.mark.parametrize("isolation", ISOLATION_LEVELS)
 @pytest.mark.parametrize(
-    "max_gap, driver_limit",
-    [(1_000, positions.DEFAULT_DRIVER_LIMIT), (0, positions.DEFAULT_DRIVER_LIMIT), (2, 0)],
+    "max_gap, driver_max_offsets",
+    [(1_000, 250_000), (0, 250_000), (2, 0)],
     ids=["one-span-driver", "span-per-position-driver", "small-spans-spark"],
 )
 def test_every_position_finds_the_first_visible_record_at_or_after_it(
-    spark, cluster, world, isolation, max_gap, driver_limit
+    spark, cluster, world, isolation, max_gap, driver_max_offsets
 ):
     topic, end = world["topic"], world["end"]
-    c = Cluster("c", cluster.config)
-    bounds = kafka.watermarks(c, [(topic, 0), (topic, 1)])
-    wanted = {(topic, 0, o) for o in range(end)} | {(topic, 1, o) for o in (0, 1, 14, 28, 29)}
-    reader = ReaderConfig(timeout_ms=10_000, isolation_level=isolation)
-    found = positions.next_records(
-        spark, c, wanted, bounds, reader, max_gap=max_gap, driver_limit=driver_limit
+    c = Cluster(
+        "c",
+        cluster.config,
+        timeout_s=10,
+        isolation_level=isolation,
+        driver_max_offsets=driver_max_offsets,
     )
+    wanted = {(topic, 0, o) for o in range(end)} | {(topic, 1, o) for o in (0, 1, 14, 28, 29)}
+    found = positions.next_records(spark, c, wanted, max_gap=max_gap)
     visible = {0: world["visible"][isolation], 1: world["spread"]}
     expected = {(t, p, o): expected_next(visible[p], o) for t, p, o in wanted}
     assert found == expected
     # The same as reading each position on its own.
-    assert found == positions.read_forward(c, wanted, isolation)
+    assert found == read_each(c, wanted)
 
 
 def test_snapshot_time_lag_at_markers_aborted_records_and_log_end(spark, cluster, world, tmp_path):

@@ -45,3 +45,30 @@ def test_offsets_for_timestamps_finds_the_first_record_at_least_as_new(cluster, 
             first = next((i for i, t in enumerate(ts) if t >= target), None)
             expected[(topic, 0)] = None if first is None else offsets[topic][first]
         assert kafka.offsets_for_timestamps(c, targets) == expected, probe_round
+
+
+def test_probes_read_at_the_reader_isolation_level(cluster, unique):
+    """A record of a transaction still open lies past the last stable offset: a read_committed
+    probe does not see it, a read_uncommitted one does (`reader.isolation_level`)."""
+    from confluent_kafka import Producer
+
+    topic = f"{unique}-open"
+    create_topics(cluster.config, {topic: 1})
+    produce(cluster.config, topic, 0, [Record(b"k", b"settled", BASE)])
+    producer = Producer({**cluster.config, "transactional.id": f"{topic}-tx", "linger.ms": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k", value=b"open", partition=0, timestamp=BASE + 10)
+    producer.flush(10)
+    try:
+        seen = {}
+        for level in ("read_committed", "read_uncommitted"):
+            c = Cluster("probe", cluster.config, timeout_s=10, isolation_level=level)
+            seen[level] = (
+                kafka.first_records_at(c, {(topic, 0): 1}),
+                kafka.offsets_for_timestamps(c, {(topic, 0): BASE + 5}, {(topic, 0): (0, 2)}),
+            )
+        assert seen["read_committed"] == ({(topic, 0): None}, {(topic, 0): None})
+        assert seen["read_uncommitted"] == ({(topic, 0): (1, BASE + 10)}, {(topic, 0): 1})
+    finally:
+        producer.abort_transaction(10)

@@ -163,7 +163,7 @@ def read_positions(
         position = max(committed, start)
         if position < end:
             wanted.add((r["topic"], r["partition"], position))
-    found = positions.next_records(spark, cluster, wanted, bounds, reader, progress=progress)
+    found = positions.next_records(spark, cluster, wanted, progress=progress)
     next_rows = [
         (t, p, o, *(found.get((t, p, o)) or (None, None))) for t, p, o in sorted(wanted)
     ]

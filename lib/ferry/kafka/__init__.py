@@ -1,11 +1,16 @@
 """The one place Ferry talks to Kafka (with `ferry.testing`, which plays the clusters' users).
 
-- `cluster`: a cluster's properties and time limits, built one way from the config;
+- `cluster`: a cluster's properties, time limits and reader settings, built one way from the
+  config, and the one consumer configuration;
 - `admin`: metadata, watermarks, groups, committed offsets, deletes,
   all in bulk, under one retry policy;
 - `commits`: group offsets written one request per group, confirmed by reading them back;
+- `reader`: the one read loop (plain assigned consumer, reconnects, time limit), shared by the
+  driver and the executors;
+- `records`: `read`, the one entry point for reading records: offset ranges in, a DataFrame
+  out, read on the driver or through Spark by size;
 - `probes`: first records at offsets and verified timestamp lookups;
-- `source`: the `ferry-kafka` Spark Python Data Source that reads offset ranges.
+- `source`: the `ferry-kafka` Spark Python Data Source that reads large reads on executors.
 
 Everything else imports these names from `ferry.kafka`.
 """
@@ -28,7 +33,8 @@ from ferry.kafka.admin import (
 from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
 from ferry.kafka.commits import alter_offsets_each, by_state
 from ferry.kafka.probes import first_records_at, offsets_for_timestamps
-from ferry.kafka.source import KafkaReadError, OffsetRange, read_ranges
+from ferry.kafka.reader import KafkaReadError, OffsetRange, RangeReader
+from ferry.kafka.records import read, read_ranges
 
 __all__ = [
     "Cluster",
@@ -38,6 +44,7 @@ __all__ = [
     "GroupInfo",
     "KafkaReadError",
     "OffsetRange",
+    "RangeReader",
     "TopicPartitionKey",
     "active_error",
     "alter_offsets_each",
@@ -52,6 +59,7 @@ __all__ = [
     "list_offsets",
     "list_topics",
     "offsets_for_timestamps",
+    "read",
     "read_ranges",
     "watermarks",
 ]

@@ -1,14 +1,16 @@
-"""A cluster as Ferry reaches it: client properties, a name for messages, and the time limits
-every call to it runs under, built one way from the config (`from_config`).
+"""A cluster as Ferry reaches it: client properties, a name for messages, and the limits every
+call to it runs under, built one way from the config (`from_config`).
 
 Client properties pass through to librdkafka unchanged (security.protocol, sasl.*, ssl.*);
 Ferry's own settings (`reader.*`, `admin.*`) travel with the cluster so that every job and
-every call applies the same ones.
+every call applies the same ones — on the driver and, through the data source's options, on
+Spark's executors. `consumer_conf` is the one consumer configuration: every record Ferry reads
+(driver reads, probes, the executors' reader) is read by a consumer built from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,15 +27,28 @@ class CommitUnknownError(ClusterError):
     the offsets may or may not have changed."""
 
 
+# What a reading consumer is given where the cluster's own properties say nothing.
+CONSUMER_DEFAULTS = {
+    # A read often ends at its partition's end (a probe past the last record, a range up to
+    # the log end): answer end-of-partition quickly instead of waiting for new records.
+    "fetch.wait.max.ms": 50,
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "log_level": 0,
+}
+
+
 @dataclass(frozen=True)
 class Cluster:
-    """A cluster's client properties plus a name for messages."""
+    """A cluster's client properties, a name for messages, and Ferry's settings for it."""
 
     name: str
     conf: Mapping[str, str]
     timeout_s: float = 30.0  # reads and probes: no progress for this long fails them
     attempt_s: float = 10.0  # one admin request attempt
     retry_s: float = 60.0  # all attempts of one admin operation
+    isolation_level: str = "read_committed"  # unless `conf` sets isolation.level
+    max_records_per_task: int = 50_000  # reads through Spark: offsets per task at most
+    driver_max_offsets: int = 250_000  # reads of at most this many offsets run on the driver
     _admin: object = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
@@ -44,10 +59,21 @@ class Cluster:
         return cls(
             f"{section} ({conf.get('bootstrap.servers', '?')})",
             dict(conf),
-            cfg.reader.timeout_ms / 1000,
-            cfg.admin.timeout_ms / 1000,
-            cfg.admin.retry_ms / 1000,
+            timeout_s=cfg.reader.timeout_ms / 1000,
+            attempt_s=cfg.admin.timeout_ms / 1000,
+            retry_s=cfg.admin.retry_ms / 1000,
+            isolation_level=cfg.reader.isolation_level,
+            max_records_per_task=cfg.reader.max_records_per_task,
+            driver_max_offsets=cfg.reader.driver_max_offsets,
         )
+
+    @property
+    def timeout_ms(self) -> int:
+        return round(self.timeout_s * 1000)
+
+    def reads_on_driver(self, offsets: int) -> bool:
+        """Whether a read of this many offsets runs on the driver rather than through Spark."""
+        return offsets <= self.driver_max_offsets
 
     def admin(self):  # noqa: ANN201 - confluent_kafka type
         """One AdminClient per cluster until it fails: its futures die with it, so it must
@@ -68,24 +94,24 @@ class Cluster:
         fault proxy); destroyed at once, it cannot."""
         object.__setattr__(self, "_admin", None)
 
-    def consumer(self, defaults: Mapping[str, object] | None = None):  # noqa: ANN201
-        """A plain assigned reader (never joins a group, never commits). `defaults` apply
-        where the cluster's own properties say nothing."""
+    def consumer_conf(self, error_cb: Callable[[object], None] | None = None) -> dict:
+        """The one consumer configuration: a plain assigned reader (never joins a group, never
+        commits) at the cluster's isolation level. The cluster's own properties win over
+        Ferry's defaults (a slow broker may need a longer `fetch.wait.max.ms`)."""
+        return {
+            **CONSUMER_DEFAULTS,
+            "isolation.level": self.isolation_level,
+            **self.conf,
+            "group.id": "ferry-reader",  # required by librdkafka; never joined or committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "error_cb": error_cb or (lambda _err: None),
+        }
+
+    def consumer(self, error_cb: Callable[[object], None] | None = None):  # noqa: ANN201
+        """A Consumer built from `consumer_conf`: the only place Ferry makes one."""
         from confluent_kafka import Consumer
 
-        return Consumer(
-            {
-                # Probes often land at a partition's end; don't let the broker sit on them
-                # (unless the cluster's settings say otherwise).
-                "fetch.wait.max.ms": 10,
-                **(defaults or {}),
-                **self.conf,
-                "group.id": "ferry-probe",  # required by librdkafka; never joined or committed
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "log_level": 0,
-                "error_cb": lambda _err: None,
-            }
-        )
+        return Consumer(self.consumer_conf(error_cb))

@@ -1,67 +1,42 @@
-"""Single records read on the driver with a plain assigned consumer (never a group member):
-the first record at or after an offset, and the first offset at or after a timestamp — the
-broker's answer to the latter taken only as a lower bound and verified by reading.
+"""Single records read on the driver: the first record at or after an offset, and the first
+offset at or after a timestamp — the broker's answer to the latter taken only as a lower bound
+and verified by reading.
 
-A dropped connection is not an error here: librdkafka reconnects by itself, and each probe
-round is bounded by the cluster's read timeout.
+Probes read with the one read loop (`ferry.kafka.reader`): the cluster's isolation level, a
+fresh consumer after a dropped connection or a stall, and a failure only after
+`reader.timeout_ms` without progress, naming the partition.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 
-from ferry.kafka.admin import TopicPartitionKey, is_transient_error, list_offsets, watermarks
-from ferry.kafka.cluster import Cluster, ClusterError
+from ferry.kafka.admin import TopicPartitionKey, list_offsets, watermarks
+from ferry.kafka.cluster import Cluster
+from ferry.kafka.reader import OffsetRange, RangeReader
 
 
 def first_records_at(
     cluster: Cluster,
     positions: Mapping[TopicPartitionKey, int],
-    consumer=None,  # noqa: ANN001
+    reader: RangeReader | None = None,
 ) -> dict[TopicPartitionKey, tuple[int, int] | None]:
     """For each partition, (offset, timestamp ms) of the first record at or after the given
-    offset, or None when the partition has nothing there. One consumer, all partitions at once.
-    """
-    from confluent_kafka import KafkaError, TopicPartition
-
+    offset, or None when the partition has nothing there. All partitions at once, with
+    `reader` when given (its consumer is kept for the next probes) or a reader of its own."""
     if not positions:
         return {}
-    own = consumer is None
-    consumer = consumer or cluster.consumer()
-    found: dict[TopicPartitionKey, tuple[int, int] | None] = {}
+    found: dict[TopicPartitionKey, tuple[int, int] | None] = dict.fromkeys(positions)
+    own = reader is None
+    reader = reader or RangeReader(cluster)
     try:
-        consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
-        deadline = time.monotonic() + cluster.timeout_s
-        while len(found) < len(positions):
-            if time.monotonic() > deadline:
-                missing = ", ".join(f"{t}[{p}]" for t, p in sorted(set(positions) - set(found))[:3])
-                raise ClusterError(f"{cluster.name}: timed out reading {missing}")
-            # consume() waits for num_messages or the timeout: ask for what is still missing.
-            for msg in consumer.consume(num_messages=len(positions) - len(found), timeout=0.05):
-                key = (msg.topic(), msg.partition())
-                if key in found or key not in positions:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        found[key] = None
-                        consumer.pause([TopicPartition(*key)])
-                        continue
-                    if is_transient_error(err):
-                        continue  # librdkafka reconnects by itself; the deadline bounds it
-                    raise ClusterError(f"{cluster.name}: reading {key[0]}[{key[1]}]: {err}")
-                if msg.offset() < positions[key]:
-                    continue
-                found[key] = (msg.offset(), msg.timestamp()[1])
-                consumer.pause([TopicPartition(*key)])
+        ranges = [OffsetRange(t, p, o, o + 1) for (t, p), o in positions.items()]
+        for r, messages in reader.read(ranges, to_next_record=True):
+            msg = messages[0]
+            found[(r.topic, r.partition)] = (msg.offset(), msg.timestamp()[1])
     finally:
         if own:
-            consumer.close()
-        else:
-            # Paused flags outlive an assignment in librdkafka; clear them for the next round.
-            consumer.resume([TopicPartition(t, p) for t, p in positions])
-            consumer.unassign()
+            reader.close()
     return found
 
 
@@ -109,7 +84,7 @@ def offsets_for_timestamps(
     bisect_next: set[TopicPartitionKey] = set()
     # what the probe that last set hi found: the first record at or after hi, or None
     at_hi: dict[TopicPartitionKey, tuple[int, int] | None] = {}
-    consumer = cluster.consumer()
+    reader = RangeReader(cluster)
     try:
         # Invariant: records before lo[key] are older than the target; the first record at or
         # after hi[key] is at least as new as the target, or there is none.
@@ -137,7 +112,7 @@ def offsets_for_timestamps(
                 break
             widths = {k: hi[k] - lo[k] for k in probes}
             rounds += 1
-            seen = first_records_at(cluster, probes, consumer)
+            seen = first_records_at(cluster, probes, reader)
             for key, mid in probes.items():
                 record = seen.get(key)
                 if record is None or record[1] >= targets[key]:
@@ -157,10 +132,10 @@ def offsets_for_timestamps(
         # past it, is the record at lo read to confirm (it may be a gap, so read forward).
         unsure = {k for k in targets if lo[k] != hi[k] or k not in at_hi}
         confirm = first_records_at(
-            cluster, {k: lo[k] for k in unsure if lo[k] < bounds[k][1]}, consumer
+            cluster, {k: lo[k] for k in unsure if lo[k] < bounds[k][1]}, reader
         )
     finally:
-        consumer.close()
+        reader.close()
     result: dict[TopicPartitionKey, int | None] = {}
     for key in targets:
         record = confirm.get(key) if key in unsure else at_hi[key]

@@ -25,7 +25,7 @@ from ferry import kafka
 from ferry.config import FerryConfig
 from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
-from ferry.kafka.source import OffsetRange, read_ranges
+from ferry.kafka.reader import OffsetRange
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
 from ferry.session import local_df
@@ -54,18 +54,16 @@ DST_BOUNDS_SCHEMA = StructType(
 def read_records(
     spark: SparkSession, cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig
 ) -> DataFrame:
-    """Read ranges once and keep them: every later stage reuses these rows."""
-    df = read_ranges(
+    """Read ranges once and keep them: every later stage reuses these rows. Small reads run on
+    the driver, large ones through Spark (`ferry.kafka.read`); the cluster carries the
+    reader settings."""
+    df = kafka.read(
         spark,
-        cluster.conf,
+        cluster,
         ranges,
-        cluster=cluster.name,
+        columns=["topic", "partition", "offset", "timestamp"],
         hash_fields=cfg.matching.hash,
         ignore_headers=cfg.matching.ignore_headers,
-        columns=["topic", "partition", "offset", "timestamp", "sha256"],
-        max_records_per_partition=cfg.reader.max_records_per_task,
-        timeout_ms=cfg.reader.timeout_ms,
-        isolation_level=cfg.reader.isolation_level,
     ).select(
         "topic",
         "partition",

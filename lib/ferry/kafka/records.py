@@ -1,0 +1,129 @@
+"""The one entry point for reading records: offset ranges of one cluster in, a DataFrame out,
+read on the driver or through Spark depending on the size of the read.
+
+Where: a read of at most `reader.driver_max_offsets` offsets in total (default 250,000;
+`Cluster.driver_max_offsets`) runs on the driver with the one read loop
+(`ferry.kafka.reader`), every partition at once, and its records become a DataFrame through
+Arrow (`SparkSession.createDataFrame` of an Arrow table: no Python worker, no Spark job, no
+data source planning). A larger read goes through the `ferry-kafka` data source on the
+executors (`ferry.kafka.source`), which runs the same loop in each task. Why the threshold:
+a Python data source costs seconds to plan (Spark starts a Python worker to create and to
+plan it before the first task), which dwarfs reading a few thousand records; 250,000 offsets
+of ~1 KiB are a few seconds of one consumer and fit in the driver's memory as Arrow.
+
+Either way the DataFrame has the same schema (`ferry.kafka.source.output_schema`) and rows;
+the tests compare both paths on the same ranges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+
+from ferry.kafka.cluster import Cluster
+from ferry.kafka.reader import OffsetRange, RangeReader, arrow_batches, arrow_schema, total_offsets
+from ferry.kafka.source import output_schema, read_with_spark
+
+SparkOrLater = SparkSession | Callable[[], SparkSession]
+
+
+def read(
+    spark: SparkOrLater,
+    cluster: Cluster,
+    ranges: Sequence[OffsetRange],
+    *,
+    columns: Sequence[str] = (),
+    hash_fields: Sequence[str] = (),
+    ignore_headers: Sequence[str] = (),
+    to_next_record: bool = False,
+) -> DataFrame:
+    """The records of `ranges` (end exclusive; gaps simply absent) as a DataFrame of `columns`
+    (default: Spark's Kafka source's), plus `sha256` when `hash_fields` are given.
+
+    `to_next_record`: each range also yields the first record at or after its last offset
+    (`ferry.kafka.reader`); a record that ends one range and opens the next then appears
+    once per range. `spark` may be a callable giving the session (e.g. one starting in the
+    background): a driver read asks for it only once Kafka has been read."""
+    schema = output_schema(columns, bool(hash_fields))
+    if cluster.reads_on_driver(total_offsets(ranges)):
+        table = read_table(
+            cluster,
+            ranges,
+            schema.fieldNames(),
+            hash_fields=hash_fields,
+            ignore_headers=ignore_headers,
+            to_next_record=to_next_record,
+        )
+        session = spark() if callable(spark) else spark
+        return session.createDataFrame(table, schema)
+    session = spark() if callable(spark) else spark
+    return read_with_spark(
+        session,
+        cluster,
+        ranges,
+        columns=schema.fieldNames(),
+        hash_fields=hash_fields,
+        ignore_headers=ignore_headers,
+        to_next_record=to_next_record,
+    )
+
+
+def read_table(
+    cluster: Cluster,
+    ranges: Sequence[OffsetRange],
+    columns: Sequence[str],
+    *,
+    hash_fields: Sequence[str] = (),
+    ignore_headers: Sequence[str] = (),
+    to_next_record: bool = False,
+):  # noqa: ANN201 - pyarrow imported lazily
+    """The driver read: the ranges' records as one Arrow table of `columns`."""
+    import pyarrow as pa
+
+    with RangeReader(cluster) as reader:
+        batches = list(
+            arrow_batches(
+                reader,
+                ranges,
+                columns,
+                hash_fields=hash_fields,
+                ignore_headers=ignore_headers,
+                to_next_record=to_next_record,
+            )
+        )
+    schema = arrow_schema(columns)
+    # Spark needs at least one chunk per column, even of nothing.
+    empty = [pa.RecordBatch.from_pylist([], schema=schema)]
+    return pa.Table.from_batches(batches or empty, schema=schema)
+
+
+def read_ranges(
+    spark: SparkSession,
+    client_conf: Mapping[str, str],
+    ranges: Sequence[OffsetRange],
+    *,
+    cluster: str | None = None,
+    hash_fields: Sequence[str] = (),
+    ignore_headers: Sequence[str] = (),
+    columns: Sequence[str] = (),
+    max_records_per_partition: int = 50_000,
+    timeout_ms: int = 30_000,
+    isolation_level: str = "read_committed",
+) -> DataFrame:
+    """The earlier signature of `read` (client properties and reader settings one by one),
+    kept for callers not yet moved to a `Cluster`; reads through `read` all the same."""
+    return read(
+        spark,
+        Cluster(
+            cluster or client_conf.get("bootstrap.servers", "?"),
+            dict(client_conf),
+            timeout_s=timeout_ms / 1000,
+            isolation_level=isolation_level,
+            max_records_per_task=max_records_per_partition,
+        ),
+        ranges,
+        columns=columns,
+        hash_fields=hash_fields,
+        ignore_headers=ignore_headers,
+    )
