@@ -1,54 +1,133 @@
 """Reconcile: where a group resumes on a destination topic whose records do not sit in the
 same partitions as on the source (another partition count, re-partitioned by the replicator).
 
-A group's consumed set S is every source record before its committed offset, on every source
-partition. For each destination partition q the reconciled offset D_q is the first record on q
-that is not in S (q's log end when every record read is in S); the duplicates of q are the
-records at or after D_q that are in S — what its consumers will receive a second time.
+A group's consumed set S is every source record before its committed offset C_p, on every
+source partition p. For each destination partition q the reconciled offset D_q is the first
+record on q that is not in S (the end of what was read when every record is in S); the
+duplicates of q are the records at or after D_q that are in S — what its consumers will
+receive a second time.
 
-Pure DataFrame transforms, one Spark job for every group of a topic:
+Pure DataFrame transforms:
 
-1. `with_frontier`: from the records around each committed offset, the group's frontier per
-   topic: the earliest first-unconsumed and the latest last-consumed timestamp.
-2. `with_source_classes`: source records inside a group's band, grouped by identity
-   (SHA-256, timestamp): how many there are (n), how many the group consumed (c), and whether
-   they all sit on one source partition.
-3. `with_placement`: every destination record read is `consumed`, `unconsumed` or `unplaced`:
-   older than the band: consumed; newer: unconsumed; inside it by identity — all of its
-   identity consumed, or none; identical records by occurrence order when all of them sit on
-   one source and one destination partition (a replicator keeps a partition's order); any
-   other destination record is unplaced and counts as not consumed (no loss, maybe a
-   duplicate more).
-4. `reconciled_offsets`: D_q, duplicates and unplaced records per group × destination
-   partition; `missing_consumed`: consumed records of the band not on the destination yet
-   (the group is PENDING until there are none).
+1. `with_frontier` / `with_partition_frontier`: from the records around each committed
+   offset, the group's frontier per topic: the earliest first-unconsumed (lo) and the latest
+   last-consumed (hi) timestamp, and per source partition its own two.
+2. `with_copies`: every destination record read, identified once for all groups by its
+   identity (SHA-256, timestamp) among the source records read: a **copy** of one source
+   record (p, offset) — a unique identity, or identical records all on one source and one
+   destination partition, matched in offset order (a replicator keeps a partition's order);
+   **special** — identical records over several partitions, or more copies than sources
+   (a replicator's re-sends); or **not found** on the source.
+3. `with_placement`: per group × destination partition, in one pass over the partition's
+   records for every group: each copy is consumed exactly when its source offset is below
+   C_p, so the first unconsumed copy of each source partition is found by a search over its
+   copies ordered by source offset, not a join per group; special records are consumed when
+   all their sources are, not consumed when none are, otherwise unplaced; a record not found
+   on the source is consumed before the group's band, not consumed after it, and unplaced
+   inside it. Unplaced records count as not consumed (no loss, maybe a duplicate more). It
+   also says whether the slice read is enough (`ferry.migrate.frontier`, "enough read").
+4. `with_replication`, `with_missing`: whether the replicator has copied what each group
+   consumed (PENDING until it has).
 
-Assumes the replicator keeps record timestamps (CreateTime) and that timestamps on each
-partition are out of order by less than the matching windows, which widen the band.
+Assumes the replicator keeps record timestamps (CreateTime) and each source partition's order,
+and that timestamps on each partition are out of order by less than the matching windows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import partial
+
+import numpy as np
+import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
-CONSUMED = "consumed"
-UNCONSUMED = "unconsumed"
-UNPLACED = "unplaced"
+COPY = "copy"
+SPECIAL = "special"
+NOT_FOUND = "not_found"
 
 IDENTITY = ["sha256", "timestamp_ms"]
+NO_TIME_BEFORE = -(2**62)  # "no last consumed record": older than any timestamp
+NO_TIME_AFTER = 2**62  # "no first unconsumed record": newer than any timestamp
+_END = np.iinfo(np.int64).max
+
+# One row per group × destination partition: what `with_placement` needs to place the
+# partition's records for that group. Per-source-partition values are arrays indexed by p.
+GROUPS_SCHEMA = StructType(
+    [
+        StructField("group", StringType(), False),
+        StructField("dst_topic", StringType(), False),
+        StructField("dst_partition", IntegerType(), False),
+        *(
+            StructField(name, LongType(), False)
+            for name in (
+                "slice_start",  # the offsets read for the group's frontier on this partition
+                "slice_end",
+                "log_start",
+                "log_end",
+                "frontier_lo_ms",  # min(lo, hi): consumed and unconsumed records meet from here
+                "frontier_hi_ms",  # max(lo, hi) ... to here
+                "band_lo_ms",  # frontier_lo_ms - window_before_ms
+                "band_hi_ms",  # frontier_hi_ms + window_after_ms
+                "covered_lo_ms",  # every source partition read for these milliseconds
+                "covered_hi_ms",
+            )
+        ),
+        StructField("committed", ArrayType(LongType(), False), False),
+        StructField("src_log_start", ArrayType(LongType(), False), False),
+        StructField("src_log_end", ArrayType(LongType(), False), False),
+        StructField("last_consumed_ms", ArrayType(LongType(), False), False),
+        StructField("first_unconsumed_ms", ArrayType(LongType(), False), False),
+        StructField("is_replicated", ArrayType(BooleanType(), False), False),
+    ]
+)
+PLACED_SCHEMA = StructType(
+    [
+        StructField("group", StringType(), False),
+        StructField("dst_topic", StringType(), False),
+        StructField("dst_partition", IntegerType(), False),
+        StructField("destination_offset", LongType(), False),
+        StructField("duplicates", LongType(), False),
+        StructField("unplaced", LongType(), False),
+        StructField("records_read", LongType(), False),
+        StructField("is_left_closed", BooleanType(), False),
+        StructField("is_right_closed", BooleanType(), False),
+    ]
+)
+COPIES_COLUMNS = [
+    "dst_topic",
+    "dst_partition",
+    "offset",
+    "timestamp_ms",
+    "kind",
+    "src_partition",
+    "src_offset",
+    "source_partitions",
+    "source_offsets",
+]
 
 
-def with_frontier(positions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
-    """Per group × source topic: the earliest first-unconsumed timestamp (`lo_*`) and the
-    latest last-consumed one (`hi_*`), with the partitions they are on.
+# -- frontier --------------------------------------------------------------------------------
+
+
+def with_partition_frontier(positions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
+    """Per group × source partition: committed offset, log end, and the last consumed and
+    first unconsumed records read around the committed offset (timestamps; null when there is
+    none, or it was not read).
 
     positions_df: group, topic, partition, committed_offset, log_end_offset.
     edges_df: topic, partition, offset, timestamp_ms — at least the records just before and
-    at each committed offset. A partition with unconsumed records whose first one was not
-    read (a gap) stands in with its last consumed record's timestamp, an earlier bound; with
-    neither it is named in `unknown_partition`.
-    """
+    at each committed offset."""
     p, e = positions_df.alias("p"), edges_df.alias("e")
     joined = p.join(
         e,
@@ -56,12 +135,23 @@ def with_frontier(positions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
         "left",
     )
     is_before = F.col("e.offset") < F.col("p.committed_offset")
-    per_partition = joined.groupBy(
+    return joined.groupBy(
         "p.group", "p.topic", "p.partition", "p.committed_offset", "p.log_end_offset"
     ).agg(
         F.max_by(F.col("e.timestamp_ms"), F.when(is_before, F.col("e.offset"))).alias("last_ts"),
+        F.max(F.when(is_before, F.col("e.offset"))).alias("last_offset"),
         F.min_by(F.col("e.timestamp_ms"), F.when(~is_before, F.col("e.offset"))).alias("next_ts"),
     )
+
+
+def with_frontier(positions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
+    """Per group × source topic: the earliest first-unconsumed timestamp (`lo_*`) and the
+    latest last-consumed one (`hi_*`), with the partitions they are on.
+
+    A partition with unconsumed records whose first one was not read (a gap) stands in with
+    its last consumed record's timestamp, an earlier bound; with neither it is named in
+    `unknown_partition`."""
+    per_partition = with_partition_frontier(positions_df, edges_df)
     has_unconsumed = F.col("committed_offset") < F.col("log_end_offset")
     first_unconsumed_ts = F.when(has_unconsumed, F.coalesce("next_ts", "last_ts"))
     unknown = has_unconsumed & F.col("next_ts").isNull() & F.col("last_ts").isNull()
@@ -88,49 +178,35 @@ def with_frontier(positions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
     )
 
 
-def _in_band(ts: Column) -> Column:
-    return ts.between(F.col("band_lo_ms"), F.col("band_hi_ms"))
+# -- identification (every group at once) ------------------------------------------------------
 
 
-def with_source_classes(
-    src_records_df: DataFrame, positions_df: DataFrame, bands_df: DataFrame
+def with_copies(
+    dst_records_df: DataFrame, src_records_df: DataFrame, destination_topics: Mapping[str, str]
 ) -> DataFrame:
-    """Per group and identity (SHA-256, timestamp) inside the group's band: n source records,
-    c of them consumed, and whether they all sit on one source partition.
+    """Every destination record read, identified among the source records read (see the
+    module docstring): `kind` copy / special / not_found; a copy's `src_partition` and
+    `src_offset`; a special record's sources (`source_partitions`, `source_offsets`).
 
-    src_records_df: topic, partition, offset, timestamp_ms, sha256.
-    positions_df: group, topic, partition, committed_offset.
-    bands_df: group, topic, dst_topic, band_lo_ms, band_hi_ms.
-    """
-    banded = (
-        src_records_df.join(
-            positions_df.select("group", "topic", "partition", "committed_offset"),
-            ["topic", "partition"],
+    Records of both sides: topic, partition, offset, timestamp_ms, sha256.
+    `destination_topics`: source topic → destination topic."""
+    pairs = [F.lit(x) for kv in sorted(destination_topics.items()) for x in kv]
+    to_destination = F.create_map(*pairs) if pairs else F.create_map().cast("map<string,string>")
+    per_identity = (
+        src_records_df.select(
+            to_destination[F.col("topic")].alias("dst_topic"), "partition", "offset", *IDENTITY
         )
-        .join(
-            bands_df.select("group", "topic", "dst_topic", "band_lo_ms", "band_hi_ms"),
-            ["group", "topic"],
-        )
-        .filter(_in_band(F.col("timestamp_ms")))
-    )
-    return (
-        banded.groupBy("group", "dst_topic", *IDENTITY)
+        .groupBy("dst_topic", *IDENTITY)
         .agg(
             F.count("*").alias("n"),
-            F.count(F.when(F.col("offset") < F.col("committed_offset"), 1)).alias("c"),
             (F.min("partition") == F.max("partition")).alias("is_one_source_partition"),
+            F.array_sort(F.collect_list(F.struct("offset", "partition"))).alias("sources"),
         )
-        .select("group", "dst_topic", *IDENTITY, "n", "c", "is_one_source_partition")
     )
-
-
-def with_destination_counts(dst_records_df: DataFrame) -> DataFrame:
-    """Per destination identity: how many records carry it (m), in how many partitions, and
-    each record's occurrence rank (offset order) when they all sit on one partition."""
     identity = Window.partitionBy("topic", *IDENTITY)
-    return dst_records_df.select(
-        "topic",
-        "partition",
+    counted = dst_records_df.select(
+        F.col("topic").alias("dst_topic"),
+        F.col("partition").alias("dst_partition"),
         "offset",
         *IDENTITY,
         F.count("*").over(identity).alias("m"),
@@ -139,91 +215,290 @@ def with_destination_counts(dst_records_df: DataFrame) -> DataFrame:
         ),
         F.row_number().over(identity.orderBy("partition", "offset")).alias("occurrence"),
     )
+    joined = counted.join(per_identity, ["dst_topic", *IDENTITY], "left")
+    # Identical records are told apart by order only when every source record and every copy
+    # of them was read: as many copies as sources, one partition each side.
+    is_copy = (
+        F.col("is_one_source_partition")
+        & F.col("is_one_destination_partition")
+        & (F.col("m") == F.col("n"))
+    )
+    kind = (
+        F.when(F.col("n").isNull(), F.lit(NOT_FOUND))
+        .when(is_copy, F.lit(COPY))
+        .otherwise(F.lit(SPECIAL))
+    )
+    source = F.element_at("sources", F.col("occurrence").cast("int"))
+    is_special = F.col("n").isNotNull() & ~is_copy
+    return joined.select(
+        "dst_topic",
+        "dst_partition",
+        "offset",
+        "timestamp_ms",
+        kind.alias("kind"),
+        F.when(is_copy, source["partition"]).alias("src_partition"),
+        F.when(is_copy, source["offset"]).alias("src_offset"),
+        F.when(is_special, F.transform("sources", lambda s: s["partition"])).alias(
+            "source_partitions"
+        ),
+        F.when(is_special, F.transform("sources", lambda s: s["offset"])).alias("source_offsets"),
+    )
+
+
+# -- placement (one pass per destination partition, every group) ------------------------------
 
 
 def with_placement(
-    dst_counted_df: DataFrame, bands_df: DataFrame, classes_df: DataFrame
+    copies_df: DataFrame, groups_df: DataFrame, window_before_ms: int, window_after_ms: int
 ) -> DataFrame:
-    """Every destination record read, per group of its topic: consumed, unconsumed or
-    unplaced (see the module docstring)."""
-    d = dst_counted_df.withColumnRenamed("topic", "dst_topic")
-    per_group = d.join(
-        bands_df.select("group", "dst_topic", "band_lo_ms", "band_hi_ms"), ["dst_topic"]
-    ).join(classes_df, ["group", "dst_topic", *IDENTITY], "left")
-    is_ranked = (
-        F.col("is_one_source_partition")
-        & F.col("is_one_destination_partition")
-        & (F.col("m") <= F.col("n"))
-    )
-    placement = (
-        F.when(F.col("timestamp_ms") < F.col("band_lo_ms"), F.lit(CONSUMED))
-        .when(F.col("timestamp_ms") > F.col("band_hi_ms"), F.lit(UNCONSUMED))
-        .when(F.col("n").isNull(), F.lit(UNPLACED))
-        .when(F.col("c") == F.col("n"), F.lit(CONSUMED))
-        .when(F.col("c") == 0, F.lit(UNCONSUMED))
-        .when(is_ranked & (F.col("occurrence") <= F.col("c")), F.lit(CONSUMED))
-        .when(is_ranked, F.lit(UNCONSUMED))
-        .otherwise(F.lit(UNPLACED))
-    )
-    return per_group.select(
-        "group",
-        "dst_topic",
-        F.col("partition").alias("dst_partition"),
-        "offset",
-        placement.alias("placement"),
+    """D_q, duplicates and unplaced records per group × destination partition (PLACED_SCHEMA),
+    each group over its own slice, and whether each side of the slice has read enough.
+
+    copies_df: `with_copies`. groups_df: GROUPS_SCHEMA, one row per group × destination
+    partition (a partition with nothing read resumes at its slice's end)."""
+    place = partial(_place_partition, before_ms=window_before_ms, after_ms=window_after_ms)
+    records = copies_df.select(*COPIES_COLUMNS).groupBy("dst_topic", "dst_partition")
+    groups = groups_df.groupBy("dst_topic", "dst_partition")
+    return records.cogroup(groups).applyInPandas(place, PLACED_SCHEMA)
+
+
+def _matrix(column: pd.Series, dtype: type) -> np.ndarray:
+    """An array column (one array per row, all the same length) as a rows × length matrix."""
+    if len(column) == 0:
+        return np.zeros((0, 0), dtype=dtype)
+    return np.stack([np.asarray(v, dtype=dtype) for v in column])
+
+
+def _at(values: np.ndarray, index: np.ndarray, default: int) -> np.ndarray:
+    """values[index] where index is in range, else default."""
+    if len(values) == 0:
+        return np.full(len(index), default, dtype=np.int64)
+    return np.where(index < len(values), values[np.minimum(index, len(values) - 1)], default)
+
+
+def _place_partition(
+    key: tuple,
+    records: pd.DataFrame,
+    groups: pd.DataFrame,
+    before_ms: int,
+    after_ms: int,
+) -> pd.DataFrame:
+    """Every group's placement on one destination partition (see `with_placement`)."""
+    if groups.empty:
+        return pd.DataFrame(columns=[f.name for f in PLACED_SCHEMA.fields])
+    records = records.sort_values("offset", kind="stable")
+    off = records["offset"].to_numpy(np.int64)
+    ts = records["timestamp_ms"].to_numpy(np.int64)
+    kind = records["kind"].to_numpy(object)
+    src_p = records["src_partition"].fillna(-1).to_numpy(np.int64)
+    src_o = records["src_offset"].fillna(-1).to_numpy(np.int64)
+
+    a, b = groups["slice_start"].to_numpy(np.int64), groups["slice_end"].to_numpy(np.int64)
+    lo = groups["frontier_lo_ms"].to_numpy(np.int64)
+    hi = groups["frontier_hi_ms"].to_numpy(np.int64)
+    committed = _matrix(groups["committed"], np.int64)
+    first_unconsumed = _matrix(groups["first_unconsumed_ms"], np.int64)
+    last_consumed = _matrix(groups["last_consumed_ms"], np.int64)
+    is_replicated = _matrix(groups["is_replicated"], bool)
+    consumed_all = committed >= _matrix(groups["src_log_end"], np.int64)
+    consumed_none = committed <= _matrix(groups["src_log_start"], np.int64)
+
+    ia, ib = np.searchsorted(off, a), np.searchsorted(off, b)
+    n_read = ib - ia
+    # The slice's first and last records stand for its oldest and newest (a record out of
+    # order inside the slice only makes a side look less finished: it is read further).
+    first_ts = _at(ts, ia, NO_TIME_AFTER)
+    last_ts = np.where(n_read > 0, _at(ts, ib - 1, NO_TIME_BEFORE), NO_TIME_BEFORE)
+    first_ts = np.where(n_read > 0, first_ts, NO_TIME_AFTER)
+
+    d = np.full(len(groups), _END, dtype=np.int64)
+    left_ok = np.ones(len(groups), dtype=bool)
+    right_ok = np.ones(len(groups), dtype=bool)
+    per_source = []
+    is_copy = kind == COPY
+    for p in range(committed.shape[1]):
+        mask = is_copy & (src_p == p)
+        dst_offsets, src_offsets, stamps = off[mask], src_o[mask], ts[mask]
+        ja, jb = np.searchsorted(dst_offsets, a), np.searchsorted(dst_offsets, b)
+        c = committed[:, p]
+        if np.all(np.diff(src_offsets) >= 0):  # the replicator kept p's order
+            j = np.clip(np.searchsorted(src_offsets, c), ja, jb)
+            is_monotone = True
+        else:  # order broken: place every copy by its offset, and trust no edge evidence
+            j = np.array(
+                [
+                    ja[g] + int(np.argmax(np.append(src_offsets[ja[g] : jb[g]] >= c[g], True)))
+                    for g in range(len(groups))
+                ],
+                dtype=np.int64,
+            )
+            is_monotone = False
+        d = np.minimum(d, np.where(j < jb, _at(dst_offsets, j, _END), _END))
+        has_copies = jb > ja
+        if is_monotone:
+            # (c) a consumed copy of p older than the frontier opens the slice's left side:
+            # every copy of p before it is of an older record; (c) an unconsumed copy newer
+            # than the frontier closes the right side likewise.
+            seen_old = (j > ja) & (_at(stamps, ja, NO_TIME_AFTER) < lo)
+            seen_new = (j < jb) & (_at(stamps, jb - 1, NO_TIME_BEFORE) > hi)
+        else:
+            seen_old = seen_new = np.zeros(len(groups), dtype=bool)
+        # (d) a record more than a window away from p's own frontier: nothing of p can lie
+        # beyond it (timestamps are out of order by less than the windows).
+        far_before = first_ts < first_unconsumed[:, p] - before_ms
+        far_after = last_ts > last_consumed[:, p] + after_ms
+        left_ok &= consumed_all[:, p] | seen_old | far_before
+        right_ok &= consumed_none[:, p] | seen_new | far_after
+        # PENDING is decided only where a consumed record's copy would have been read.
+        left_ok &= is_replicated[:, p] | has_copies | (first_ts < last_consumed[:, p] - before_ms)
+        per_source.append((dst_offsets, src_offsets, ja, j, jb, c, is_monotone))
+
+    others = _others(records[~is_copy], groups, a, b, lo, hi, committed)
+    for g, (offsets, states) in others.items():
+        not_consumed = offsets[states != _CONSUMED]
+        if len(not_consumed):
+            d[g] = min(d[g], not_consumed[0])
+    d = np.where(d == _END, b, d)
+
+    duplicates = np.zeros(len(groups), dtype=np.int64)
+    for dst_offsets, src_offsets, ja, j, jb, c, is_monotone in per_source:
+        k = np.searchsorted(dst_offsets, d)
+        if is_monotone:
+            duplicates += np.maximum(0, j - np.maximum(ja, k))
+        else:
+            for g in range(len(groups)):
+                part = slice(max(ja[g], k[g]), jb[g])
+                duplicates[g] += int(np.sum(src_offsets[part] < c[g]))
+    unplaced = np.zeros(len(groups), dtype=np.int64)
+    for g, (offsets, states) in others.items():
+        past = offsets >= d[g]
+        duplicates[g] += int(np.sum(past & (states == _CONSUMED)))
+        unplaced[g] += int(np.sum(past & (states == _UNPLACED)))
+
+    return pd.DataFrame(
+        {
+            "group": groups["group"].to_numpy(object),
+            "dst_topic": groups["dst_topic"].to_numpy(object),
+            "dst_partition": groups["dst_partition"].to_numpy(np.int32),
+            "destination_offset": d,
+            "duplicates": duplicates,
+            "unplaced": unplaced,
+            "records_read": n_read.astype(np.int64),
+            "is_left_closed": (a <= groups["log_start"].to_numpy(np.int64)) | left_ok,
+            "is_right_closed": (b >= groups["log_end"].to_numpy(np.int64)) | right_ok,
+        }
     )
 
 
-def reconciled_offsets(placed_df: DataFrame, partitions_df: DataFrame) -> DataFrame:
-    """D_q, duplicates and unplaced records per group × destination partition.
+_CONSUMED, _UNCONSUMED, _UNPLACED = 0, 1, 2
 
-    partitions_df: group, dst_topic, dst_partition, dst_log_end_offset — every destination
-    partition of every group's topic, read or not (a partition with nothing read resumes at
-    its log end: all of it is older than the band).
-    """
-    keys = ["group", "dst_topic", "dst_partition"]
-    is_consumed = F.col("placement") == CONSUMED
-    first_not_consumed = F.min(F.when(~is_consumed, F.col("offset"))).over(
-        Window.partitionBy(*keys)
-    )
-    # One pass: every record beside its partition's first not-consumed offset (none: D_q is
-    # the log end, and nothing read lies at or past it).
-    is_past = F.col("offset") >= F.col("first_not_consumed")
-    per_partition = (
-        placed_df.withColumn("first_not_consumed", first_not_consumed)
-        .groupBy(*keys)
-        .agg(
-            F.first("first_not_consumed").alias("first_not_consumed"),
-            F.count(F.when(is_past & is_consumed, 1)).alias("duplicates"),
-            F.count(F.when(is_past & (F.col("placement") == UNPLACED), 1)).alias("unplaced"),
-            F.count("*").alias("records_read"),
+
+def _others(
+    records: pd.DataFrame,
+    groups: pd.DataFrame,
+    a: np.ndarray,
+    b: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    committed: np.ndarray,
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Special and not-found records in each group's slice: group → (offsets, states). Few:
+    identical records over several partitions, re-sends, records the replicator did not copy
+    from the source (and records read outside a band)."""
+    if records.empty:
+        return {}
+    off = records["offset"].to_numpy(np.int64)
+    ts = records["timestamp_ms"].to_numpy(np.int64)
+    is_special = (records["kind"] == SPECIAL).to_numpy(bool)
+    sources = [
+        (np.asarray(sp, dtype=np.int64), np.asarray(so, dtype=np.int64)) if special else None
+        for sp, so, special in zip(
+            records["source_partitions"], records["source_offsets"], is_special, strict=True
         )
+    ]
+    band_lo, band_hi = (
+        groups["band_lo_ms"].to_numpy(np.int64),
+        groups["band_hi_ms"].to_numpy(np.int64),
     )
-    return partitions_df.join(per_partition, keys, "left").select(
-        *keys,
-        F.coalesce("first_not_consumed", "dst_log_end_offset").alias("destination_offset"),
-        F.coalesce("duplicates", F.lit(0)).alias("duplicates"),
-        F.coalesce("unplaced", F.lit(0)).alias("unplaced"),
-        F.coalesce("records_read", F.lit(0)).alias("records_read"),
+    covered_lo = groups["covered_lo_ms"].to_numpy(np.int64)
+    covered_hi = groups["covered_hi_ms"].to_numpy(np.int64)
+    ia, ib = np.searchsorted(off, a), np.searchsorted(off, b)
+    out = {}
+    for g in np.flatnonzero(ib > ia):
+        part = slice(ia[g], ib[g])
+        t = ts[part]
+        # Not found on the source: older than the band is consumed, newer is not; inside it,
+        # a record the source was read for is unplaced (not copied from the source), one it
+        # was not read for is placed by the frontier (older: consumed, newer: not).
+        states = np.where(
+            t < band_lo[g],
+            _CONSUMED,
+            np.where(
+                t > band_hi[g],
+                _UNCONSUMED,
+                np.where(
+                    (t >= covered_lo[g]) & (t <= covered_hi[g]),
+                    _UNPLACED,
+                    np.where(t < lo[g], _CONSUMED, np.where(t > hi[g], _UNCONSUMED, _UNPLACED)),
+                ),
+            ),
+        )
+        for i in np.flatnonzero(is_special[part]):
+            sp, so = sources[ia[g] + i]
+            consumed = int(np.sum(so < committed[g][sp]))
+            states[i] = (
+                _CONSUMED if consumed == len(so) else _UNCONSUMED if consumed == 0 else _UNPLACED
+            )
+        out[int(g)] = (off[part], states)
+    return out
+
+
+# -- what was read, and PENDING ----------------------------------------------------------------
+
+
+def with_needed_times(dst_records_df: DataFrame, slices_df: DataFrame) -> DataFrame:
+    """Per frontier: the earliest and latest timestamp of the destination records read in its
+    slices and inside its band — what the source must be read for to identify them.
+
+    slices_df: frontier (int), dst_topic, dst_partition, slice_start, slice_end, band_lo_ms,
+    band_hi_ms."""
+    r, s = dst_records_df, F.broadcast(slices_df)
+    joined = r.join(
+        s,
+        (r["topic"] == s["dst_topic"])
+        & (r["partition"] == s["dst_partition"])
+        & (r["offset"] >= s["slice_start"])
+        & (r["offset"] < s["slice_end"]),
+    ).filter(r["timestamp_ms"].between(s["band_lo_ms"], s["band_hi_ms"]))
+    return joined.groupBy("frontier").agg(
+        F.min(r["timestamp_ms"]).alias("earliest_ms"), F.max(r["timestamp_ms"]).alias("latest_ms")
     )
 
 
-def missing_consumed(classes_df: DataFrame, dst_counted_df: DataFrame) -> DataFrame:
-    """Per group and destination topic: consumed band records with no copy on the destination
-    yet. Where identical records can be told apart by order, the first c copies must be there;
-    otherwise all n."""
-    # m and the one-partition flag are per identity already: one row of each identity
-    m = dst_counted_df.select(
-        F.col("topic").alias("dst_topic"), *IDENTITY, "m", "is_one_destination_partition"
-    ).distinct()
-    joined = classes_df.filter(F.col("c") > 0).join(m, ["dst_topic", *IDENTITY], "left")
-    is_ordered = F.col("is_one_source_partition") & F.coalesce(
-        F.col("is_one_destination_partition"), F.lit(True)
+def with_replication(copies_df: DataFrame) -> DataFrame:
+    """Per destination topic and source partition: the newest source offset a copy was read
+    of (`src_partition` null: records that are not copies), and the newest timestamp read."""
+    return copies_df.groupBy("dst_topic", "src_partition").agg(
+        F.max(F.when(F.col("kind") == COPY, F.col("src_offset"))).alias("max_copied_offset"),
+        F.max("timestamp_ms").alias("newest_ms"),
     )
-    need = F.when(is_ordered, F.col("c")).otherwise(F.col("n"))
-    short = F.greatest(need - F.coalesce(F.col("m"), F.lit(0)), F.lit(0))
+
+
+def _between(offset: Column) -> Column:
+    return (offset > F.col("after_offset")) & (offset < F.col("committed_offset"))
+
+
+def with_missing(src_records_df: DataFrame, pending_df: DataFrame) -> DataFrame:
+    """Per group and source topic: consumed records of the band the replicator has not copied
+    yet — on each source partition whose copies read stop at `after_offset`, the records read
+    after it, before the committed offset and inside the band.
+
+    pending_df: group, topic, partition, after_offset, committed_offset, band_lo_ms."""
+    records = src_records_df.select("topic", "partition", "offset", "timestamp_ms").distinct()
     return (
-        joined.groupBy("group", "dst_topic")
-        .agg(F.sum(short).alias("missing"))
-        .select("group", "dst_topic", "missing")
+        records.join(F.broadcast(pending_df), ["topic", "partition"])
+        .filter(_between(F.col("offset")) & (F.col("timestamp_ms") >= F.col("band_lo_ms")))
+        .groupBy("group", "topic")
+        .agg(F.count("*").alias("missing"))
+        .select("group", "topic", "missing")
     )
