@@ -133,6 +133,15 @@ def world(clusters, tmp_path_factory):
     }
 
 
+@pytest.fixture(scope="module")
+def live(world):
+    """A member in the destination group `live` (an active, Stable group) while the tests that
+    need it run; it never commits."""
+    consumer = join_group(world["dst"].config, f"{world['u']}-live", world["topics"]["orders"])
+    yield
+    consumer.close()
+
+
 def audit(world, *argv: str):  # noqa: ANN001, ANN201 - a JobResult
     return run_job("audit", "--config", world["config"], *argv)
 
@@ -170,13 +179,9 @@ def expected_rows(world: Mapping) -> dict[tuple[str, str, int], tuple]:
     }
 
 
-def test_every_row_and_the_summary(world):
+def test_every_row_and_the_summary(world, live):
     u, orders = world["u"], world["topics"]["orders"]
-    consumer = join_group(world["dst"].config, f"{u}-live", orders)
-    try:
-        result = audit(world, "-o", "json")
-    finally:
-        consumer.close()
+    result = audit(world, "-o", "json")
     assert result.code == 1, result.stderr  # AHEAD on stopped groups, and a PENDING row
     doc = json.loads(result.stdout)
     assert set(doc) == {"run_id", "audited_at", "exit_code", "total", "groups", "rows"}
@@ -217,14 +222,10 @@ def test_every_row_and_the_summary(world):
     assert f"appended to {world['tmp'] / 'audit'} via deltalake" in result.stderr
 
 
-def test_exit_codes(world):
-    u, orders = world["u"], world["topics"]["orders"]
-    consumer = join_group(world["dst"].config, f"{u}-live", orders)
-    try:
-        # behind, exact, without a commit, markers only, and ahead on a live group: fine
-        ok = audit(world, "--group", f"{u}-(mm2|exact|nocommit|txgap|live)", "--set", "audit.path=")
-    finally:
-        consumer.close()
+def test_exit_codes(world, live):
+    u = world["u"]
+    # behind, exact, without a commit, markers only, and ahead on a live group: fine
+    ok = audit(world, "--group", f"{u}-(mm2|exact|nocommit|txgap|live)", "--set", "audit.path=")
     assert ok.code == 0, ok.stderr
     assert f"{u}-mm2: EMPTY: 3 partitions, 1 exact, 2 behind (13 records delivered again)" in (
         ok.stderr

@@ -235,10 +235,14 @@ def summary_lines(summary: Mapping) -> list[str]:
     lines = [f"{s['group']}: {_describe(s)}" for s in summary["groups"]]
     t = summary["total"]
     lines.append(
-        f"audited {t['groups']} groups ({t['live_groups']} live on the destination), "
+        f"audited {_n(t['groups'], 'group')} ({t['live_groups']} live on the destination), "
         f"{_describe(t)}; exit {t['exit_code']}"
     )
     return lines
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _describe(s: Mapping) -> str:
@@ -246,16 +250,16 @@ def _describe(s: Mapping) -> str:
     state = f"{s['group_state']}{live}: " if s.get("group_state") else ""
     if not s["partitions"]:
         return state + "no committed offsets on the selected topics"
-    parts = [f"{s['partitions']} partitions", f"{s['exact']} exact"]
+    parts = [_n(s["partitions"], "partition"), f"{s['exact']} exact"]
     if s["behind"]:
         again = s["records_delivered_again"]
-        parts.append(f"{s['behind']} behind ({again} records delivered again)")
+        parts.append(f"{s['behind']} behind ({_n(again, 'record')} delivered again)")
     if s["ahead"]:
-        what = [f"{s['records_skipped']} records skipped"] if s["records_skipped"] else []
+        what = [f"{_n(s['records_skipped'], 'record')} skipped"] if s["records_skipped"] else []
         if s["records_ahead_live"]:
             what.append(
-                f"{s['records_ahead_live']} records read on the destination by its live "
-                "consumers: expected"
+                f"{_n(s['records_ahead_live'], 'record')} read on the destination by its "
+                "live consumers: expected"
             )
         parts.append(f"{s['ahead']} ahead ({', '.join(what)})")
     if s["no_commit"]:

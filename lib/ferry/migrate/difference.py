@@ -4,11 +4,12 @@
 Offsets are not records: compaction leaves gaps, every transaction leaves a marker offset, and
 a read_committed reader skips aborted records, so `committed - exact` overstates how many
 records consumers would receive again or miss. The records are read — their offsets only —
-from the destination with the reader's isolation level (what a consumer would see), each
-partition's spans merged first so an offset is read once however many groups share it, and
-counted in one Spark job: the spans' ends are placed among their partition's records, and a
-running count gives each end the number of records before it (linear in records + ends, where
-joining every span to every record would multiply them).
+from the destination with the reader's isolation level (what a consumer would see) through
+`ferry.kafka.read` (small reads on the driver, large ones in Spark), each partition's spans
+merged first so an offset is read once however many groups share it, and counted in one Spark
+job: the spans' ends are placed among their partition's records, and a running count gives
+each end the number of records before it (linear in records + ends, where joining every span
+to every record would multiply them).
 
 What it costs: every offset between the two, once per partition, clamped to the log (offsets
 before the log start or past its end hold nothing to count). A span of more than
@@ -163,16 +164,8 @@ def count_records(
         f"{offsets} offsets over {len({(r.topic, r.partition) for r in ranges})} partitions"
         + (f" ({len(counts)} spans not read)" if counts else "")
     )
-    records_df = kafka.read_ranges(
-        spark,
-        dst.conf,
-        ranges,
-        cluster=dst.name,
-        columns=("topic", "partition", "offset"),
-        max_records_per_partition=cfg.reader.max_records_per_task,
-        timeout_ms=cfg.reader.timeout_ms,
-        isolation_level=cfg.reader.isolation_level,
-    )
+    # on the driver or through Spark, by size (reader.driver_max_offsets)
+    records_df = kafka.read(spark, dst, ranges, columns=("topic", "partition", "offset"))
     clamped = sorted(set(to_read.values()))
     spans_df = local_df(spark, clamped, SPANS_SCHEMA)
     found = {
