@@ -216,7 +216,12 @@ def with_commit_rate(commits_df: DataFrame, bucket_seconds: int) -> DataFrame:
         commits_df.filter(~F.col("is_deletion") & F.col("commit_timestamp").isNotNull())
         .groupBy("group", bucket.alias("bucket"))
         .agg(F.count(F.lit(1)).alias("commits"))
-        .select("group", F.col("bucket.start").alias("bucket_start"), "commits")
+        .select(
+            "group",
+            F.col("bucket.start").alias("bucket_start"),
+            F.col("bucket.end").alias("bucket_end"),
+            "commits",
+        )
     )
 
 
@@ -372,6 +377,20 @@ def _empty(title: str, why: str) -> Figure:
     return fig
 
 
+def _time_axis(ax, times: pd.Series) -> None:  # noqa: ANN001 - a matplotlib Axes
+    """Short date labels (the date once, then times); a single instant gets a few minutes
+    either side instead of matplotlib's default span of years."""
+    import matplotlib.dates as mdates
+    import pandas as pd
+
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    first, last = pd.Timestamp(times.min()), pd.Timestamp(times.max())
+    if first == last:
+        ax.set_xlim(first - pd.Timedelta(minutes=5), last + pd.Timedelta(minutes=5))
+
+
 def plot_lag(group_lag_pdf: pd.DataFrame | None) -> Figure:
     """Total lag and largest time lag per group over time (two panels, shared time axis)."""
     import matplotlib.pyplot as plt
@@ -379,7 +398,7 @@ def plot_lag(group_lag_pdf: pd.DataFrame | None) -> Figure:
     title = "Lag per group"
     if group_lag_pdf is None or group_lag_pdf.empty:
         return _empty(title, "no lag history yet: run lag-snapshot (history.path)")
-    fig, (lag_ax, time_ax) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    fig, (lag_ax, time_ax) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, layout="constrained")
     for (cluster, group), rows in group_lag_pdf.groupby(["cluster", "group"], sort=True):
         label = group if group_lag_pdf["cluster"].nunique() == 1 else f"{group} ({cluster})"
         lag_ax.plot(rows["snapshot_time"], rows["total_lag"], marker="o", label=label)
@@ -388,9 +407,8 @@ def plot_lag(group_lag_pdf: pd.DataFrame | None) -> Figure:
     lag_ax.set_ylabel("records behind")
     time_ax.set_ylabel("time lag (s)")
     time_ax.set_xlabel("snapshot time (UTC)")
-    lag_ax.legend(loc="upper left", fontsize="small", ncol=2)
-    fig.autofmt_xdate()
-    fig.tight_layout()
+    _time_axis(time_ax, group_lag_pdf["snapshot_time"])
+    lag_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return fig
 
 
@@ -402,7 +420,7 @@ def plot_status_timeline(timeline_pdf: pd.DataFrame | None) -> Figure:
     if timeline_pdf is None or timeline_pdf.empty:
         return _empty(title, "no evaluations yet: run lag-status (history.status_path)")
     groups = sorted(timeline_pdf["group"].unique())
-    fig, ax = plt.subplots(figsize=(10, 1 + 0.45 * len(groups)))
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.45 * len(groups)), layout="constrained")
     rows = {g: i for i, g in enumerate(groups)}
     for status, part in timeline_pdf.groupby("group_status"):
         ax.scatter(
@@ -417,9 +435,8 @@ def plot_status_timeline(timeline_pdf: pd.DataFrame | None) -> Figure:
     ax.set_ylim(-0.7, len(groups) - 0.3)
     ax.set_title(title)
     ax.set_xlabel("as of (UTC)")
+    _time_axis(ax, timeline_pdf["as_of"])
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    fig.autofmt_xdate()
-    fig.tight_layout()
     return fig
 
 
@@ -482,22 +499,30 @@ def _text_colour(background: str) -> str:
 def plot_commit_rate(rate_pdf: pd.DataFrame | None, top: int) -> Figure:
     """Offset commits per time bucket for the `top` most committing groups."""
     import matplotlib.pyplot as plt
+    import pandas as pd
 
     title = "Offset commits (decoded __consumer_offsets)"
     if rate_pdf is None or rate_pdf.empty:
         return _empty(title, "no decoded commits yet: run decode-offsets (offsets.commits_path)")
     busiest = rate_pdf.groupby("group")["commits"].sum().nlargest(top).index
-    fig, ax = plt.subplots(figsize=(10, 3.5))
+    # Buckets without commits are absent from the table: drawn as zeros, not bridged.
+    starts = pd.date_range(
+        rate_pdf["bucket_start"].min(),
+        rate_pdf["bucket_start"].max(),
+        freq=(rate_pdf["bucket_end"] - rate_pdf["bucket_start"]).iloc[0],
+    )
+    fig, ax = plt.subplots(figsize=(10, 3.5), layout="constrained")
     for group in sorted(busiest):
-        rows = rate_pdf[rate_pdf["group"] == group]
-        ax.plot(
-            rows["bucket_start"], rows["commits"], drawstyle="steps-post", marker="o", label=group
-        )
+        rows = rate_pdf[rate_pdf["group"] == group].set_index("bucket_start")["commits"]
+        rows = rows.reindex(starts, fill_value=0)
+        ax.plot(rows.index, rows.values, drawstyle="steps-post", label=group,
+                marker="o" if len(starts) <= 60 else None)  # fmt: skip
     ax.set_title(title)
     ax.set_ylabel("commits per bucket")
-    ax.legend(loc="upper left", fontsize="small", ncol=2)
-    fig.autofmt_xdate()
-    fig.tight_layout()
+    ax.set_xlabel("commit time (UTC)")
+    ax.set_ylim(bottom=0)
+    _time_axis(ax, rate_pdf["bucket_start"])
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return fig
 
 
@@ -523,6 +548,6 @@ def plot_audit(audit_pdf: pd.DataFrame | None) -> Figure:
     for ax, column in ((again_ax, "delivered_again"), (skip_ax, "skipped")):
         ax.set_ylim(0, max(1, audit_pdf[column].max()) * 1.1)
         ax.yaxis.get_major_locator().set_params(integer=True)
+    _time_axis(skip_ax, audit_pdf["audited_at"])
     again_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    fig.autofmt_xdate()
     return fig
