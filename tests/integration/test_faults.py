@@ -43,6 +43,7 @@ def healthy(proxied):
         broker.proxy.restore()
     yield
     for broker in proxied:
+        broker.proxy.disarm()
         broker.proxy.restore()
 
 

@@ -4,15 +4,16 @@ Everything here talks to a cluster through confluent-kafka's AdminClient or a pl
 consumer (never a group member). Calls are issued for many partitions or groups at once and
 awaited together, so a thousand groups cost a handful of round trips, not a thousand.
 
-Retries: every admin call retries the items that failed on a transient error (timeouts,
-transport failures, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) with exponential
-backoff (0.2 s doubling to 5 s), each attempt bounded by `admin.timeout_ms`, all attempts by
-`admin.retry_ms`. After a transport failure or a timeout the next attempt uses a fresh
-AdminClient: a long-lived client that lost its connections can keep timing out while a new
-one is answered at once. Bulk calls can also report failures per group (`errors=`), so one
-group that cannot be described or read does not fail the others. Commits, which are never
-re-sent blindly, are in `ferry.kafka.commits`.
-"""
+Retries: every admin call — here and in `ferry.kafka.commits` — goes through one loop,
+`retry_each`: the items that failed on a transient error (timeouts, transport failures,
+NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, leaders not found after dropped connections,
+...) are retried with exponential backoff (0.2 s doubling to 5 s), each attempt bounded by
+`admin.timeout_ms`, all attempts by `admin.retry_ms`. After a transport failure or a timeout
+the next attempt uses a fresh AdminClient: a long-lived client that lost its connections can
+keep timing out (or lack every partition leader) while a new one is answered at once. Bulk
+calls can also report failures per group (`errors=`), so one group that cannot be described
+or read does not fail the others. A request that must not be re-sent blindly (a commit) is
+re-checked before each retry (`recheck=`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ferry.kafka.cluster import Cluster, ClusterError
 from ferry.status import GroupState
 
 TopicPartitionKey = tuple[str, int]
+OFFSET_INVALID = -1001  # librdkafka's "no offset"
 
 
 
@@ -88,7 +90,19 @@ def is_transient(exc: BaseException | None) -> bool:
 
 
 def is_transient_error(err) -> bool:  # noqa: ANN001 - a KafkaError or None
-    return err is not None and (err.code() in _transient_codes() or err.retriable())
+    return err is not None and (
+        err.code() in _transient_codes() or err.retriable() or _is_leader_lookup(err)
+    )
+
+
+def _is_leader_lookup(err) -> bool:  # noqa: ANN001 - a KafkaError or None
+    """ListOffsets could not find the partitions' leaders: after dropped connections the
+    client's metadata can lack every leader until it is refreshed ("Failed to query partition
+    leaders: No leaders found", _NOENT, which also answers a partition that does not exist:
+    `list_offsets` tells the two apart by asking a fresh client's metadata)."""
+    from confluent_kafka import KafkaError as E
+
+    return err is not None and err.code() == E._NOENT and "partition leaders" in err.str()
 
 
 def _needs_fresh_client(exc: BaseException) -> bool:
@@ -97,29 +111,72 @@ def _needs_fresh_client(exc: BaseException) -> bool:
     if isinstance(exc, concurrent.futures.TimeoutError):
         return True
     err = _kafka_error(exc)
-    return err is not None and err.code() in (
-        E._TRANSPORT,
-        E._TIMED_OUT,
-        E._ALL_BROKERS_DOWN,
-        E._DESTROY_BROKER,
+    return err is not None and (
+        err.code() in (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN, E._DESTROY_BROKER)
+        or _is_leader_lookup(err)
     )
 
 
 K = TypeVar("K")
+Submit = Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]]
+Recheck = Callable[[dict[K, BaseException]], tuple[dict[K, object], dict[K, ClusterError]]]
 
 
-def _gather_each(
+def failed_future(exc: BaseException) -> concurrent.futures.Future:
+    """A future that already failed with `exc` (a request that could not even be queued)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_exception(exc)
+    return future
+
+
+def _checked(
+    future: concurrent.futures.Future, check: Callable[[object], object]
+) -> concurrent.futures.Future:
+    """A future for `check(answer)`: for answers the client gives as successes although they
+    are not (`check` raises then)."""
+    out: concurrent.futures.Future = concurrent.futures.Future()
+
+    def done(f: concurrent.futures.Future) -> None:
+        try:
+            out.set_result(check(f.result()))
+        except Exception as exc:  # noqa: BLE001 - handed to the waiter
+            out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out
+
+
+def _lost(what: str) -> BaseException:
+    """A transport failure the client did not report as one (see `_checked`)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    return KafkaException(KafkaError(KafkaError._TRANSPORT, f"{what} (the connection was lost)"))
+
+
+def retry_each(
     cluster: Cluster,
     describe: Callable[[K], str],
     keys: Sequence[K],
-    submit: Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]],
+    submit: Submit,
+    *,
     stop_on_fatal: bool = False,
+    recheck: Recheck | None = None,
+    gave_up: Callable[[K, str], ClusterError] | None = None,
 ) -> tuple[dict[K, object], dict[K, ClusterError]]:
-    """Submit one bulk admin request for `keys`, await every future, and retry only the keys
-    that failed on a transient error (fresh client after transport failures and timeouts)
-    until `cluster.retry_s` is spent. Returns (answers, errors): a key that failed for good
-    gets a ClusterError naming the cluster and `describe(key)`, the others their answers;
-    `stop_on_fatal` gives up on every key at the first non-transient failure."""
+    """The one retry loop of every admin call: submit one bulk request for `keys` (`submit`
+    gets the cluster's AdminClient and the keys, and returns a future per key), await every
+    future, and retry only the keys that failed on a transient error, with backoff (0.2 s
+    doubling to 5 s) and a fresh AdminClient after a transport failure or a timeout, until
+    `cluster.retry_s` is spent (no wait outlasts it).
+
+    Returns (answers, errors): a key that failed for good gets a ClusterError naming the
+    cluster and `describe(key)`, the others their answers. `stop_on_fatal` gives up on every
+    key at the first non-transient failure. `recheck`, when given, is asked before keys are
+    sent again (after the backoff; given each key's last failure) and settles those it can —
+    (answers, errors) — for a request that must not be re-sent blindly (a commit that may
+    have landed) or a failure that may be permanent; the keys it leaves out are sent again.
+    `gave_up(key, reason)` makes the error of a key still failing when the budget runs out
+    (default: a ClusterError saying it was retried)."""
     results: dict[K, object] = {}
     errors: dict[K, ClusterError] = {}
     pending = list(keys)
@@ -131,29 +188,46 @@ def _gather_each(
             futures = submit(cluster.admin(), pending)
         except Exception as exc:  # noqa: BLE001 - the request could not even be queued
             futures, failures = {}, {k: exc for k in pending}
+        # One wait for the whole round (the futures are in flight together), never past the
+        # budget by more than a moment.
+        now = time.monotonic()
+        round_end = now + min(cluster.attempt_s + 1, max(deadline - now, 0.5))
         for key, future in futures.items():
             try:
-                results[key] = future.result(timeout=cluster.attempt_s + 1)
+                results[key] = future.result(timeout=max(round_end - time.monotonic(), 0.0))
             except Exception as exc:  # noqa: BLE001 - classified below
                 failures[key] = exc
         if not failures:
             break
-        fatal = [k for k, e in failures.items() if not is_transient(e)]
-        out_of_time = time.monotonic() + delay > deadline
         if any(_needs_fresh_client(e) for e in failures.values()):
             cluster.renew_admin()
+        fatal = [k for k, e in failures.items() if not is_transient(e)]
         for key in fatal:
             errors[key] = _failed(cluster, describe(key), failures.pop(key), "")
-        if failures and (out_of_time or (fatal and stop_on_fatal)):
-            spent = "" if fatal else f" (retried for {cluster.retry_s:g}s)"
-            for key, exc in failures.items():
-                errors[key] = _failed(cluster, describe(key), exc, spent)
-            break
         if not failures:
             break
-        time.sleep(delay)
-        delay = min(delay * 2, 5.0)
-        pending = list(failures)
+        stop = bool(fatal) and stop_on_fatal
+        if not stop and time.monotonic() + delay <= deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            if recheck is not None:
+                answered, settled = recheck(failures)
+                results.update(answered)
+                errors.update(settled)
+                failures = {
+                    k: e for k, e in failures.items() if k not in answered and k not in settled
+                }
+            if time.monotonic() < deadline:
+                pending = list(failures)
+                continue
+        spent = "" if stop else f" (retried for {cluster.retry_s:g}s)"
+        for key, exc in failures.items():
+            if gave_up is None or stop:
+                errors[key] = _failed(cluster, describe(key), exc, spent)
+            else:
+                errors[key] = gave_up(key, _short(exc))
+                errors[key].__cause__ = exc
+        break
     return results, errors
 
 
@@ -167,10 +241,13 @@ def _gather(
     cluster: Cluster,
     describe: Callable[[K], str],
     keys: Sequence[K],
-    submit: Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]],
+    submit: Submit,
+    recheck: Recheck | None = None,
 ) -> dict[K, object]:
-    """`_gather_each` that raises the first failure (a non-transient one stops it at once)."""
-    results, errors = _gather_each(cluster, describe, keys, submit, stop_on_fatal=True)
+    """`retry_each` that raises the first failure (a non-transient one stops it at once)."""
+    results, errors = retry_each(
+        cluster, describe, keys, submit, stop_on_fatal=True, recheck=recheck
+    )
     if errors:
         raise next(iter(errors.values()))
     return results
@@ -180,13 +257,13 @@ def _answers(
     cluster: Cluster,
     describe: Callable[[K], str],
     keys: Sequence[K],
-    submit: Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]],
+    submit: Submit,
     errors: dict[K, ClusterError] | None,
 ) -> dict[K, object]:
-    """`_gather` without `errors`; with it, `_gather_each` whose failures land in `errors`."""
+    """`_gather` without `errors`; with it, `retry_each` whose failures land in `errors`."""
     if errors is None:
         return _gather(cluster, describe, keys, submit)
-    results, failed = _gather_each(cluster, describe, keys, submit)
+    results, failed = retry_each(cluster, describe, keys, submit)
     errors.update(failed)
     return results
 
@@ -230,7 +307,7 @@ def _with_retries(cluster: Cluster, what: str, call: Callable[[object], object])
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
             future.set_result(call(admin))
-        except Exception as exc:  # noqa: BLE001 - classified by _gather
+        except Exception as exc:  # noqa: BLE001 - classified by retry_each
             future.set_exception(exc)
         return future
 
@@ -240,41 +317,106 @@ def _with_retries(cluster: Cluster, what: str, call: Callable[[object], object])
 def watermarks(
     cluster: Cluster, partitions: Iterable[TopicPartitionKey]
 ) -> dict[TopicPartitionKey, tuple[int, int]]:
-    """(log start, log end) for each partition, from two bulk ListOffsets requests."""
+    """(log start, log end) for each partition: both bulk ListOffsets requests in flight
+    together, retried as one operation (one `admin.retry_ms` budget)."""
     from confluent_kafka.admin import OffsetSpec
 
     keys = sorted(set(partitions))
     if not keys:
         return {}
-    earliest = list_offsets(cluster, "earliest", {k: OffsetSpec.earliest() for k in keys})
-    latest = list_offsets(cluster, "latest", {k: OffsetSpec.latest() for k in keys})
-    return {k: (earliest[k], latest[k]) for k in keys}
+    specs = {"earliest": OffsetSpec.earliest(), "latest": OffsetSpec.latest()}
+    answers = _list_offsets(
+        cluster, {(t, p, end): specs[end] for t, p in keys for end in ("earliest", "latest")}
+    )
+    return {(t, p): (answers[(t, p, "earliest")], answers[(t, p, "latest")]) for t, p in keys}
 
 
 def list_offsets(
     cluster: Cluster, label: str, specs: Mapping[TopicPartitionKey, object]
 ) -> dict[TopicPartitionKey, int]:
+    """The offset each partition's spec (an OffsetSpec) answers; `label` names it in errors."""
+    answers = _list_offsets(cluster, {(t, p, label): spec for (t, p), spec in specs.items()})
+    return {(t, p): offset for (t, p, _label), offset in answers.items()}
+
+
+def _list_offsets(
+    cluster: Cluster, specs: Mapping[tuple[str, int, str], object]
+) -> dict[tuple[str, int, str], int]:
+    """ListOffsets for (topic, partition, label) keys: one request per label, all in flight
+    together, retried as one operation."""
     from confluent_kafka import TopicPartition
 
     def submit(admin, keys):  # noqa: ANN001, ANN202
-        futures = admin.list_offsets(
-            {TopicPartition(t, p): specs[(t, p)] for t, p in keys},
-            request_timeout=cluster.attempt_s,
-        )
-        return {(tp.topic, tp.partition): f for tp, f in futures.items()}
+        futures = {}
+        for label in sorted({k[2] for k in keys}):
+            asked = {TopicPartition(t, p): specs[(t, p, lb)] for t, p, lb in keys if lb == label}
+            answers = admin.list_offsets(asked, request_timeout=cluster.attempt_s)
+            futures.update(
+                {(tp.topic, tp.partition, label): _checked(f, _offset) for tp, f in answers.items()}
+            )
+        return futures
 
-    answers = _gather(
-        cluster, lambda k: f"list {label} offsets of {k[0]}[{k[1]}]", list(specs), submit
-    )
+    def describe(key: tuple[str, int, str]) -> str:
+        return f"list {key[2]} offsets of {key[0]}[{key[1]}]"
+
+    def recheck(failures: dict[tuple[str, int, str], BaseException]) -> tuple[dict, dict]:
+        # A leader lookup that failed may be a partition that does not exist: not worth
+        # retrying for the whole budget. Unknown when the metadata cannot be read either.
+        lookups = [k for k, e in failures.items() if _is_leader_lookup(_kafka_error(e))]
+        if not lookups:
+            return {}, {}
+        try:
+            metadata = cluster.admin().list_topics(timeout=cluster.attempt_s)
+        except Exception:  # noqa: BLE001 - the retry that follows will say what failed
+            return {}, {}
+        missing = {k for k in lookups if not _exists(metadata, (k[0], k[1]))}
+        return {}, {
+            k: ClusterError(f"{cluster.name}: {describe(k)} failed: no such partition")
+            for k in missing
+        }
+
+    answers = _gather(cluster, describe, list(specs), submit, recheck)
     return {k: a.offset for k, a in answers.items()}  # type: ignore[attr-defined]
+
+
+def _offset(answer):  # noqa: ANN001, ANN202 - a ListOffsetsResultInfo
+    # A ListOffsets request whose connection drops can be answered as a success with offset
+    # OFFSET_INVALID (-1001) and no error (confluent-kafka 2.x, reproduced through the fault
+    # proxy): a log end of -1001 would make every lag wrong and every read empty.
+    if answer.offset == OFFSET_INVALID:
+        raise _lost("ListOffsets answered no offset")
+    return answer
+
+
+def _exists(metadata, key: TopicPartitionKey) -> bool:  # noqa: ANN001 - ClusterMetadata
+    from confluent_kafka import KafkaError
+
+    topic = metadata.topics.get(key[0])
+    if topic is None:
+        return False
+    if topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        return False
+    return topic.error is not None or key[1] in topic.partitions
 
 
 def list_groups(cluster: Cluster) -> list[str]:
     """All consumer group ids the cluster knows."""
+
+    def complete(result):  # noqa: ANN001, ANN202 - a ListConsumerGroupsResult
+        # A broker that could not be asked is in `errors`, not raised: after a dropped
+        # connection the answer would be an empty (or partial) list of groups.
+        if result.errors:
+            from confluent_kafka import KafkaException
+
+            raise KafkaException(result.errors[0])
+        return result
+
     result = _gather_one(
         cluster,
         "list consumer groups",
-        lambda admin: admin.list_consumer_groups(request_timeout=cluster.attempt_s),
+        lambda admin: _checked(
+            admin.list_consumer_groups(request_timeout=cluster.attempt_s), complete
+        ),
     )
     return sorted({g.group_id for g in result.valid})  # type: ignore[attr-defined]
 

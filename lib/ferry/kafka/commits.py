@@ -13,18 +13,15 @@ checked again (a consumer may have joined meanwhile); only then is it sent again
 
 from __future__ import annotations
 
-import concurrent.futures
-import time
 from collections.abc import Mapping
 
 from ferry.kafka.admin import (
     TopicPartitionKey,
-    _needs_fresh_client,
-    _short,
     active_error,
     committed_offsets,
     describe_groups,
-    is_transient,
+    failed_future,
+    retry_each,
 )
 from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
 
@@ -35,12 +32,13 @@ def alter_offsets_each(
     """Commit each group's offsets in one request per group (a group is never half written),
     every request in flight at once, then read every group back and compare.
 
-    A request that fails on a transient error is not simply sent again: the group's offsets
-    are read first (a commit that landed is not repeated) and its state is checked again (a
-    consumer may have joined meanwhile). Returns group → None (committed and read back) or
-    its error: CommitUnknownError (sent, outcome unknown when the budget ran out or the
-    confirming read failed), GroupActiveError (a consumer joined before a resend), or
-    ClusterError (refused by the broker, or read back different)."""
+    Retried by `ferry.kafka.admin.retry_each`, but a request that failed on a transient error
+    is not simply sent again: the group's offsets are read first (a commit that landed is not
+    repeated) and its state is checked again (a consumer may have joined meanwhile). Returns
+    group → None (committed and read back) or its error: CommitUnknownError (sent, outcome
+    unknown when the budget ran out or the confirming read failed), GroupActiveError (a
+    consumer joined before a resend), or ClusterError (refused by the broker, or read back
+    different)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     requests = {
@@ -49,56 +47,43 @@ def alter_offsets_each(
         )
         for g, targets in offsets.items()
     }
-    out: dict[str, ClusterError | None] = {}
-    answered: list[str] = []
-    pending = list(requests)
-    deadline = time.monotonic() + cluster.retry_s
-    delay = 0.2
-    while pending:
-        failures: dict[str, BaseException] = {}
-        futures: dict[str, concurrent.futures.Future] = {}
-        for g in pending:
+
+    def submit(admin, groups: list[str]) -> dict:  # noqa: ANN001 - an AdminClient
+        futures = {}
+        for g in groups:  # the client takes one group per OffsetCommit
             try:
-                futures[g] = cluster.admin().alter_consumer_group_offsets(
+                futures[g] = admin.alter_consumer_group_offsets(
                     [requests[g]], request_timeout=cluster.attempt_s
                 )[g]
-            except Exception as exc:  # noqa: BLE001 - classified below
-                failures[g] = exc
-        for g, future in futures.items():
-            try:
-                answer = future.result(timeout=cluster.attempt_s + 1)
-            except Exception as exc:  # noqa: BLE001 - classified below
-                failures[g] = exc
-                continue
-            bad = [tp for tp in answer.topic_partitions if tp.error is not None]
-            if bad:
-                where = f"{bad[0].topic}[{bad[0].partition}]"
-                out[g] = ClusterError(
-                    f"{cluster.name}: commit of group {g} {where}: {bad[0].error}"
-                )
-            else:
-                answered.append(g)
-        for g in [g for g, e in failures.items() if not is_transient(e)]:
-            exc = failures.pop(g)
-            out[g] = ClusterError(
-                f"{cluster.name}: commit offsets of group {g} failed: {_short(exc)}"
-            )
-            out[g].__cause__ = exc
-        if not failures:
-            break
-        fresh = any(_needs_fresh_client(e) for e in failures.values())
-        if fresh:
-            cluster.renew_admin()
-        if time.monotonic() + delay > deadline:
-            for g, exc in failures.items():
-                out[g] = CommitUnknownError(
-                    f"{cluster.name}: commit of group {g} unconfirmed after "
-                    f"{cluster.retry_s:g}s: {_short(exc)}"
-                )
-            break
-        time.sleep(delay)
-        delay = min(delay * 2, 5.0)
-        pending = _unsent(cluster, offsets, list(failures), out)
+            except Exception as exc:  # noqa: BLE001 - classified by retry_each
+                futures[g] = failed_future(exc)
+        return futures
+
+    def unconfirmed(g: str, reason: str) -> ClusterError:
+        return CommitUnknownError(
+            f"{cluster.name}: commit of group {g} unconfirmed after {cluster.retry_s:g}s: {reason}"
+        )
+
+    answers, errors = retry_each(
+        cluster,
+        lambda g: f"commit offsets of group {g}",
+        list(requests),
+        submit,
+        recheck=lambda failures: _unsent(cluster, offsets, list(failures)),
+        gave_up=unconfirmed,
+    )
+    out: dict[str, ClusterError | None] = dict(errors)
+    answered: list[str] = []
+    for g, answer in answers.items():
+        if answer is None:
+            out[g] = None  # found landed while confirming a lost answer: already read back
+            continue
+        bad = [tp for tp in answer.topic_partitions if tp.error is not None]  # type: ignore[attr-defined]
+        if bad:
+            where = f"{bad[0].topic}[{bad[0].partition}]"
+            out[g] = ClusterError(f"{cluster.name}: commit of group {g} {where}: {bad[0].error}")
+        else:
+            answered.append(g)
     if answered:
         read: dict[str, ClusterError] = {}
         actual = committed_offsets(cluster, answered, read)
@@ -130,26 +115,26 @@ def _unsent(
     cluster: Cluster,
     offsets: Mapping[str, Mapping[TopicPartitionKey, int]],
     groups: list[str],
-    out: dict[str, ClusterError | None],
-) -> list[str]:
-    """Of groups whose commit got no answer: those to send again. The others get their
-    outcome in `out`: landed (None), unknown (their offsets could not be read), or refused (a
-    consumer joined meanwhile)."""
+) -> tuple[dict[str, None], dict[str, ClusterError]]:
+    """Of groups whose commit got no answer, settle those that must not be sent again:
+    (landed: their offsets read back as committed; errors: unknown, their offsets could not be
+    read, or refused, a consumer joined meanwhile). The others are sent again."""
     errors: dict[str, ClusterError] = {}
     current = committed_offsets(cluster, groups, errors)
-    left = []
-    for g in groups:
-        if g in errors:
-            out[g] = CommitUnknownError(f"{errors[g]} (while confirming a commit of group {g})")
-        elif all(current[g].get(k) == v for k, v in offsets[g].items()):
-            out[g] = None  # the lost answer's request had landed: nothing to send again
-        else:
-            left.append(g)
-    inactive, failed, active = by_state(cluster, left)
+    unknown: dict[str, ClusterError] = {
+        g: CommitUnknownError(f"{e} (while confirming a commit of group {g})")
+        for g, e in errors.items()
+    }
+    landed = {
+        g: None
+        for g in groups
+        if g not in errors and all(current[g].get(k) == v for k, v in offsets[g].items())
+    }
+    left = [g for g in groups if g not in errors and g not in landed]
+    _inactive, failed, active = by_state(cluster, left)
     for g, error in failed.items():
-        out[g] = CommitUnknownError(f"{error} (while confirming a commit of group {g})")
-    out.update(active)
-    return inactive
+        unknown[g] = CommitUnknownError(f"{error} (while confirming a commit of group {g})")
+    return landed, {**unknown, **active}
 
 
 def _differs(

@@ -10,7 +10,8 @@ given request arrives:
 - `cut()`: close every connection and refuse new ones until `restore()` (a lost cluster).
 - `arm(api_key, action)`: do `drop` or `cut` when the next request with that api key
   arrives (`drop`: before forwarding it), or `cut_after` once its response went back
-  (the broker acted on it; whether the client heard is left to chance, as in real life).
+  (the broker acted on it; whether the client heard is left to chance, as in real life);
+  `disarm()` forgets the armed faults that have not fired.
 
 Used by the fault tests; bounded in everything it does, and it stops with `close()`.
 """
@@ -25,6 +26,7 @@ API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_OFFSET_COMMIT = 8
 API_OFFSET_FETCH = 9
+API_LIST_GROUPS = 16
 API_DESCRIBE_GROUPS = 15
 API_CONSUMER_GROUP_DESCRIBE = 69  # what librdkafka sends to describe groups (KIP-848)
 
@@ -81,6 +83,12 @@ class FaultProxy:
         with self._lock:
             self._triggers.append(trigger)
         return trigger.fired
+
+    def disarm(self) -> None:
+        """Forget every armed fault that has not fired (a test that stopped early must not
+        leave one behind for the next)."""
+        with self._lock:
+            self._triggers.clear()
 
     def close(self) -> None:
         self._closed = True
