@@ -23,6 +23,7 @@ from deltalake import DeltaTable
 
 from ferry import kafka
 from ferry.testing.brokers import start_broker
+from ferry.testing.coordinator import commit_key, commit_value
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.proxy import (
     API_CONSUMER_GROUP_DESCRIBE,
@@ -33,7 +34,6 @@ from ferry.testing.proxy import (
     API_OFFSET_FETCH,
 )
 
-from ..unit.test_offsets_topic import commit_key, commit_value
 from .jobrunner import run_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
