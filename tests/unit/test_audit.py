@@ -138,6 +138,14 @@ def test_commits_outside_the_log_are_noted():
     assert before["verdict"] == AuditVerdict.BEHIND and "before the log start 100" in before["note"]
 
 
+def test_a_commit_past_the_log_end_is_not_exact_even_with_nothing_between():
+    # exact is the log end (the group consumed everything); the commit lies past it
+    [row] = compare([plan(partition=1, committed=205, exact=200, status="EMPTY")],
+                    {("t", 1, 200, 205): (0, True)})  # fmt: skip
+    assert (row["verdict"], row["difference"]) == (AuditVerdict.AHEAD, 0)
+    assert "past the log end 200" in row["note"] and "hold no record" not in row["note"]
+
+
 def test_resolved_plan_notes_are_kept():
     [row] = compare(
         [plan(committed=40, exact=40, status="RECONCILED", note="2 duplicates, 0 unplaced")]

@@ -112,15 +112,9 @@ def audit_rows(
             notes = notes or [STATUS_NOTES.get(status, "")]
         else:
             row["exact_offset"] = plan["destination_offset"]
-            row["verdict"], more = _compare(plan, counts, live, bounds)
+            verdict, difference, counted, more = _compare(plan, counts, live, bounds)
+            row.update(verdict=verdict, difference=difference, is_counted=counted)
             notes += more
-            if row["verdict"] != AuditVerdict.NO_COMMIT:
-                span = row_span(plan)
-                records, counted = counts[span] if span else (0, True)
-                row["difference"] = signed_difference(
-                    row["committed_offset"], row["exact_offset"], records
-                )
-                row["is_counted"] = counted
         row["note"] = "; ".join(n for n in notes if n) or None
         out.append(row)
     return out
@@ -131,47 +125,47 @@ def _compare(
     counts: Mapping[tuple, Count],
     live: bool,
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
-) -> tuple[AuditVerdict, list[str]]:
+) -> tuple[AuditVerdict, int | None, bool | None, list[str]]:
+    """(verdict, difference, is_counted, notes) of a resolved plan row."""
     committed, exact = plan.get("previous_offset"), plan["destination_offset"]
     if committed is None:
-        return AuditVerdict.NO_COMMIT, [
+        return AuditVerdict.NO_COMMIT, None, None, [
             "no committed offset on the destination: consumers would start at "
             "auto.offset.reset"
         ]
     if committed == exact:
-        return AuditVerdict.EXACT, []
+        return AuditVerdict.EXACT, 0, True, []
     records, counted = counts[row_span(plan)]  # type: ignore[index]
+    difference = signed_difference(committed, exact, records)
     notes = []
     start, end = bounds.get((plan["dst_topic"], plan["dst_partition"]), (None, None))
-    if start is not None and committed < start:
+    is_outside = (start is not None and committed < start) or (end is not None and committed > end)
+    if is_outside:
+        before = start is not None and committed < start
+        where = f"before the log start {start}" if before else f"past the log end {end}"
         notes.append(
-            f"committed offset {committed} is before the log start {start}: consumers would "
-            "reset per auto.offset.reset"
-        )
-    if end is not None and committed > end:
-        notes.append(
-            f"committed offset {committed} is past the log end {end}: consumers would reset "
-            "per auto.offset.reset"
+            f"committed offset {committed} is {where}: consumers would reset per "
+            "auto.offset.reset (difference counts the records in the log)"
         )
     if not counted:
         notes.append(
             f"not counted: {records} offsets apart, more than audit.max_count_offsets; the "
             "difference is the offset span, an upper bound on the records"
         )
-    if counted and records == 0:
+    elif records == 0 and not is_outside:
         notes.append(
             f"offsets {min(committed, exact)}..{max(committed, exact) - 1} hold no record "
             "(transaction markers, compaction gaps): the same next record"
         )
-        return AuditVerdict.EXACT, notes
+        return AuditVerdict.EXACT, 0, True, notes
     if committed < exact:
-        return AuditVerdict.BEHIND, notes
+        return AuditVerdict.BEHIND, difference, counted, notes
     if live:
         notes.append(
             "the group is live on the destination: its consumers have read these records "
             "there (expected, not a loss)"
         )
-    return AuditVerdict.AHEAD, notes
+    return AuditVerdict.AHEAD, difference, counted, notes
 
 
 def exit_code(rows: Sequence[Mapping]) -> int:
