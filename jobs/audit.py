@@ -84,11 +84,6 @@ def main(argv: list[str]) -> int:
         disc.destination_bounds,
     )
     summary = audit.summarize(rows, disc.groups)
-    kept = ""
-    if cfg.audit.path:
-        writer = audit.append(spark, cfg.audit.path, rows, run_id, audited_at)
-        kept = f"; appended to {cfg.audit.path} via {writer}"
-        progress(f"{len(rows)} rows appended to {cfg.audit.path} via {writer}")
 
     if args.output == "json":
         emit_json(
@@ -108,6 +103,12 @@ def main(argv: list[str]) -> int:
     # -o json carries the per-group summary itself; stderr keeps the total line only
     for line in lines[-1:] if args.output == "json" else lines:
         print(line, file=sys.stderr)
+    # Kept after the output: a table that cannot be written fails the run (exit 1, one line
+    # naming it) without losing what the audit found.
+    kept = ""
+    if cfg.audit.path:
+        writer = audit.append(spark, cfg.audit.path, rows, run_id, audited_at)
+        kept = f"; {len(rows)} rows appended to {cfg.audit.path} via {writer}"
     print(f"run {run_id}{kept}", file=sys.stderr)
     return summary["total"]["exit_code"]
 

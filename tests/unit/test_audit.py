@@ -314,3 +314,23 @@ def test_table_rows_keep_the_contract_columns_first():
     assert row["run_id"] == "r1" and row["audited_at"] == at
     assert row["verdict"] == "EXACT" and type(row["verdict"]) is str
     assert set(row) == set(AUDIT_SCHEMA.fieldNames())
+
+
+def test_the_table_is_appended_and_a_failure_names_it(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    from ferry.audit import append
+    from ferry.cli import FerryError
+
+    at = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    rows = compare([plan(committed=30, exact=40)], {("t", 0, 30, 40): (7, True)})
+    path = tmp_path / "audit"
+    append(spark, str(path), rows, "r1", at)
+    append(spark, str(path), rows, "r2", at)
+    table = DeltaTable(str(path)).to_pyarrow_table()
+    assert table.column_names == AUDIT_SCHEMA.fieldNames()
+    assert sorted(table.column("run_id").to_pylist()) == ["r1", "r2"]
+    assert table.column("difference").to_pylist() == [-7, -7]
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(FerryError, match=r"^cannot append to the audit table .*file/audit: "):
+        append(spark, str(tmp_path / "file" / "audit"), rows, "r3", at)

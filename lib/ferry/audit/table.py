@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 )
 
 from ferry import delta
+from ferry.cli import FerryError, one_line
 
 AUDIT_SCHEMA = StructType(
     [
@@ -64,11 +65,15 @@ def table_rows(rows: Sequence[Mapping], run_id: str, audited_at: datetime) -> li
 def append(
     spark: SparkSession, path: str, rows: Sequence[Mapping], run_id: str, audited_at: datetime
 ) -> str:
-    """Append one run's rows; returns the writer that ran (delta-spark or deltalake)."""
-    return delta.append_rows(
-        spark,
-        table_rows(rows, run_id, audited_at),
-        AUDIT_SCHEMA,
-        path,
-        {"run_id": run_id, "action": "audit"},
-    )
+    """Append one run's rows in one commit; returns the writer that ran (delta-spark or
+    deltalake). A failure is one FerryError naming the table."""
+    try:
+        return delta.append_rows(
+            spark,
+            table_rows(rows, run_id, audited_at),
+            AUDIT_SCHEMA,
+            path,
+            {"run_id": run_id, "action": "audit"},
+        )
+    except Exception as exc:  # noqa: BLE001 - any storage failure is the same to the user
+        raise FerryError(f"cannot append to the audit table {path}: {one_line(exc)}") from exc
