@@ -1,11 +1,18 @@
-"""`make demo`: the whole migration story on two local brokers.
+"""`make demo`: a whole cutover on two local brokers, every job run through `spark-submit.sh`.
 
 A source cluster with several topics and consumer groups; a destination that a replicator
 (simulated here, MirrorMaker 2 style: `src.` topic prefix, its own provenance header, original
-timestamps) started copying from a later offset, so every offset differs between the two;
-a run of identical records sharing one millisecond right where a group stopped; then a dry
-run, `--execute`, the next scheduled `--execute` (every group already migrated: nothing
-moves), and a read-back that checks every migrated group landed exactly.
+timestamps) started copying from a later offset, so every offset differs between the two; a run
+of identical records sharing one millisecond right where a group stopped. The replicator also
+synced two groups' offsets the way MM2 does, at its offset-sync points: behind.
+
+Then, one line per step: an `audit` of those translations (records that would be delivered
+again), a `migrate` dry run (its plan printed), `--execute`, the next scheduled `--execute`
+(every group already migrated: nothing moves), a read-back that checks every group landed
+exactly, a second `audit` (all exact), the consumers starting on the destination watched by
+`lag-snapshot` runs and a `lag-status` evaluation, and `decode-offsets` over the destination's
+`__consumer_offsets`. Every table lands under var/demo, named in var/demo/overview.yaml for
+notebooks/ferry_overview.ipynb.
 """
 
 from __future__ import annotations
@@ -16,10 +23,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ferry import kafka
 from ferry.testing.brokers import local_brokers
+from ferry.testing.coordinator import OffsetCommit, produce_offset_commits
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +42,16 @@ GROUPS = {
     "fraud": {("payments", 0): 31, ("payments", 1): 77},
 }
 IDENTICAL_RUN = range(94, 101)  # offsets of identical records sharing one millisecond
+# MM2 records an offset sync every so many records and translates a group's offset to the
+# last sync at or before it; fraud was not synced yet.
+SYNC_EVERY = 25
+SYNCED_GROUPS = ("billing", "analytics")
+# After the cutover the consumers start on the destination: records each reads per partition
+# between two lag snapshots (fraud's consumer has not started).
+READ_PER_SNAPSHOT = {"billing": 12, "analytics": 40, "fraud": 0}
+SNAPSHOTS = 3
+
+Offsets = Mapping[tuple[str, int], int]
 
 
 def source_records(topic: str, partition: int, base_ms: int) -> list[Record]:
@@ -47,104 +66,266 @@ def source_records(topic: str, partition: int, base_ms: int) -> list[Record]:
     return records
 
 
+def exact(offsets: Offsets) -> dict[tuple[str, int], int]:
+    """Where a perfect migration puts a group: the same record on the `src.` copy."""
+    return {(f"src.{t}", p): c - REPLICATED_FROM for (t, p), c in offsets.items()}
+
+
+def mm2_translation(offsets: Offsets) -> dict[tuple[str, int], int]:
+    """What MM2 commits for a group: the destination offset of the last sync at or before it."""
+    return {tp: o - o % SYNC_EVERY for tp, o in exact(offsets).items()}
+
+
+class Demo:
+    """The demo's steps: each a `spark-submit.sh` run, told in one line."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.steps = 0
+        self.started = time.monotonic()
+
+    def run(
+        self,
+        job: str,
+        config: Path,
+        *args: str,
+        label: str,
+        ok: tuple[int, ...] = (0,),
+        show_output: bool = False,
+        summary: Callable[[str, str], str] | None = None,
+    ) -> None:
+        """Run one job; print one line (the command, exit code, time and the job's own summary
+        line), or the whole output with `show_output` or when the exit code is not in `ok`."""
+        self.steps += 1
+        command = [str(ROOT / "spark-submit.sh"), job, "--config", str(config), *args]
+        shown = " ".join([f"./spark-submit.sh {job} --config {config.name}", *args])
+        t0 = time.monotonic()
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
+        head = (
+            f"demo: [{self.steps:>2}] {label}  $ {shown}  → exit {done.returncode}, "
+            f"{time.monotonic() - t0:.0f} s"
+        )
+        if show_output or done.returncode not in ok:
+            print(f"{head}\n{textwrap.indent(done.stdout.rstrip(), '        ')}")
+        else:
+            print(f"{head}: {(summary or _last_line)(done.stdout, done.stderr)}")
+        if done.returncode not in ok:
+            print(textwrap.indent(done.stderr.rstrip(), "        "), file=sys.stderr)
+            raise DemoFailed(f"{label} exited {done.returncode}")
+
+
+class DemoFailed(Exception):
+    pass
+
+
+def _last_line(stdout: str, stderr: str) -> str:
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    return lines[-1] if lines else (stderr.strip().splitlines() or ["(no output)"])[-1]
+
+
+def _audit_line(stdout: str, stderr: str) -> str:
+    """The audit's total line (its summary goes to stderr)."""
+    totals = [ln for ln in stderr.splitlines() if ln.startswith("audited ")]
+    return totals[-1] if totals else _last_line(stdout, stderr)
+
+
 def main() -> int:
-    # A fixed place (gitignored), so notebooks/ferry_overview.ipynb finds this demo's ledger.
+    # A fixed place (gitignored), so notebooks/ferry_overview.ipynb finds this demo's tables.
     work = ROOT / "var" / "demo"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     print(f"demo: working in {work}")
     with local_brokers("source", "destination", log_dir=work / "logs") as (source, dest):
         print(f"demo: source broker on {source.bootstrap}, destination on {dest.bootstrap}")
-        base_ms = int(time.time() * 1000) - 3_600_000
-        create_topics(source.config, TOPICS)
-        create_topics(dest.config, {f"src.{t}": n for t, n in TOPICS.items()})
-        total = 0
-        for topic, partitions in TOPICS.items():
-            for p in range(partitions):
-                records = source_records(topic, p, base_ms)
-                produce(source.config, topic, p, records)
-                replicated = [
-                    Record(r.key, r.value, r.timestamp_ms, (("mm2-source", b"source"),))
-                    for r in records[REPLICATED_FROM:]
-                ]
-                produce(dest.config, f"src.{topic}", p, replicated)
-                total += len(records)
-        for group, offsets in GROUPS.items():
-            commit_offsets(source.config, group, offsets)
-        print(
-            f"demo: {total} records on the source, replicated from offset {REPLICATED_FROM}; "
-            f"{len(GROUPS)} stopped groups; orders has {len(IDENTICAL_RUN)} identical records "
-            "in one millisecond right before billing's position"
+        try:
+            return story(Demo(work), source, dest)
+        except DemoFailed as exc:
+            print(f"demo: stopped: {exc}", file=sys.stderr)
+            return 1
+
+
+def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
+    work = demo.work
+    # The demo's own clients: librdkafka's info lines (a client closed with an event still
+    # queued) would interleave with the story.
+    src_conf = {**source.config, "log_level": "4"}
+    dst_conf = {**dest.config, "log_level": "4"}
+    base_ms = int(time.time() * 1000) - 3_600_000
+    create_topics(src_conf, TOPICS)
+    create_topics(dst_conf, {f"src.{t}": n for t, n in TOPICS.items()})
+    total = 0
+    for topic, partitions in TOPICS.items():
+        for p in range(partitions):
+            records = source_records(topic, p, base_ms)
+            produce(src_conf, topic, p, records)
+            replicated = [
+                Record(r.key, r.value, r.timestamp_ms, (("mm2-source", b"source"),))
+                for r in records[REPLICATED_FROM:]
+            ]
+            produce(dst_conf, f"src.{topic}", p, replicated)
+            total += len(records)
+    # Every commit made on the destination, for its `__consumer_offsets` (see decode_offsets).
+    commits: list[OffsetCommit] = []
+    for group, offsets in GROUPS.items():
+        commit_offsets(src_conf, group, offsets)
+    for group in SYNCED_GROUPS:
+        synced = mm2_translation(GROUPS[group])
+        commit_offsets(dst_conf, group, synced)
+        commits += offset_commits(group, synced)
+    print(
+        f"demo: {total} records on the source, replicated from offset {REPLICATED_FROM}; "
+        f"{len(GROUPS)} stopped groups; orders has {len(IDENTICAL_RUN)} identical records "
+        "in one millisecond right before billing's position; MM2-style offset syncs (every "
+        f"{SYNC_EVERY} records) committed {' and '.join(SYNCED_GROUPS)} on the destination"
+    )
+    paths = {
+        name: work / name
+        for name in (
+            "ledger",
+            "audit",
+            "lag_history",
+            "lag_status",
+            "offset_commits",
+            "group_metadata",
+            "offsets_quarantine",
         )
-        config = work / "migrate.yaml"
-        config.write_text(
-            textwrap.dedent(
-                f"""\
-                source:
-                  bootstrap.servers: {source.bootstrap}
-                destination:
-                  bootstrap.servers: {dest.bootstrap}
-                topics:
-                  rename:
-                    - match: '^(.*)$'
-                      replace: 'src.\\1'
-                matching:
-                  hash: [key, value, headers]
-                  ignore_headers: [mm2-source]
-                ledger:
-                  path: {work / "ledger"}
-                """
-            )
+    }
+    migrate_yaml, lag_yaml = write_configs(work, source.bootstrap, dest.bootstrap, paths)
+    print(f"demo: config {migrate_yaml}:\n{textwrap.indent(migrate_yaml.read_text(), '    ')}")
+    print(f"demo: config {lag_yaml} (the destination's jobs after the cutover)\n")
+
+    demo.run("audit", migrate_yaml, label="audit MM2's translations", summary=_audit_line)
+    demo.run("migrate", migrate_yaml, label="dry run", show_output=True)
+    demo.run("migrate", migrate_yaml, "--execute", label="execute")
+    for group, offsets in GROUPS.items():
+        commits += offset_commits(group, exact(offsets))
+    # What the next scheduled run does: every group is ALREADY_MIGRATED, nothing moves.
+    demo.run("migrate", migrate_yaml, "--execute", label="scheduled rerun")
+    landed = check_landed(dst_conf)
+    demo.run("audit", migrate_yaml, label="audit after the cutover", summary=_audit_line)
+
+    # The consumers start on the destination: lag snapshots while they catch up.
+    positions = {g: exact(o) for g, o in GROUPS.items()}
+    end = RECORDS_PER_PARTITION - REPLICATED_FROM  # every destination partition's log end
+    for n in range(1, SNAPSHOTS + 1):
+        if n > 1:
+            for group, offsets in positions.items():
+                moved = {tp: min(end, o + READ_PER_SNAPSHOT[group]) for tp, o in offsets.items()}
+                if moved != offsets:
+                    commit_offsets(dst_conf, group, moved)
+                    commits += offset_commits(group, moved)
+                    positions[group] = moved
+        demo.run("lag-snapshot", lag_yaml, label=f"lag snapshot {n} of {SNAPSHOTS}")
+    demo.run("lag-status", lag_yaml, label="lag status (Burrow's rules)")
+
+    # Tansu keeps committed offsets in its own storage: the group coordinator's records of the
+    # commits above are written to the destination's `__consumer_offsets` here, in Kafka's
+    # binary layout, for decode-offsets to read as it would on any Kafka cluster.
+    produce_offset_commits(dst_conf, commits)
+    demo.run("decode-offsets", lag_yaml, label=f"decode {len(commits)} offset commits")
+
+    overview = work / "overview.yaml"
+    overview.write_text(
+        textwrap.dedent(
+            f"""\
+            # The tables the demo's jobs wrote, for notebooks/ferry_overview.ipynb.
+            ledger:
+              path: {paths["ledger"]}
+            audit:
+              path: {paths["audit"]}
+            history:
+              path: {paths["lag_history"]}
+              status_path: {paths["lag_status"]}
+            offsets:
+              commits_path: {paths["offset_commits"]}
+              groups_path: {paths["group_metadata"]}
+              quarantine_path: {paths["offsets_quarantine"]}
+            """
         )
-        print(f"demo: config {config}:\n{textwrap.indent(config.read_text(), '    ')}")
-        submit = [str(ROOT / "spark-submit.sh"), "migrate", "--config", str(config)]
-        steps = (
-            ("dry run", []),
-            ("execute", ["--execute"]),
-            # What the next scheduled run does: every group is ALREADY_MIGRATED, nothing moves.
-            ("scheduled rerun", ["--execute"]),
+    )
+    print(
+        f"\ndemo: {demo.steps} jobs in {time.monotonic() - demo.started:.0f} s; "
+        f"notebooks/ferry_overview.ipynb plots their tables (it reads {overview})"
+    )
+    return landed
+
+
+def offset_commits(group: str, offsets: Offsets) -> list[OffsetCommit]:
+    now = int(time.time() * 1000)
+    return [OffsetCommit(group, t, p, o, now) for (t, p), o in sorted(offsets.items())]
+
+
+def write_configs(
+    work: Path, source: str, destination: str, paths: Mapping[str, Path]
+) -> tuple[Path, Path]:
+    """migrate.yaml (migrate and audit) and lag.yaml (lag-snapshot, lag-status and
+    decode-offsets on the destination), as conf/migrate.yaml, conf/lag.yaml and
+    conf/decode-offsets.yaml lay them out."""
+    migrate_yaml = work / "migrate.yaml"
+    migrate_yaml.write_text(
+        textwrap.dedent(
+            f"""\
+            source:
+              bootstrap.servers: {source}
+            destination:
+              bootstrap.servers: {destination}
+            topics:
+              rename:
+                - match: '^(.*)$'
+                  replace: 'src.\\1'
+            matching:
+              hash: [key, value, headers]
+              ignore_headers: [mm2-source]
+            ledger:
+              path: {paths["ledger"]}
+            audit:
+              path: {paths["audit"]}
+            """
         )
-        for label, extra in steps:
-            print(f"\ndemo: $ ./spark-submit.sh migrate --config {config.name} {' '.join(extra)}")
-            code = subprocess.call(submit + extra, env={**os.environ})
-            print(f"demo: {label} exited {code}")
-            if code != 0:
-                return code
-        code = check_landed(dest.config)
-        (work / "overview.yaml").write_text(f"ledger:\n  path: {work / 'ledger'}\n")
-        print(
-            "demo: notebooks/ferry_overview.ipynb plots this demo's ledger "
-            f"(it reads {work / 'overview.yaml'})"
+    )
+    lag_yaml = work / "lag.yaml"
+    lag_yaml.write_text(
+        textwrap.dedent(
+            f"""\
+            cluster:
+              bootstrap.servers: {destination}
+            groups:
+              include: [{", ".join(GROUPS)}]
+            reader:
+              isolation_level: read_uncommitted
+            history:
+              path: {paths["lag_history"]}
+              status_path: {paths["lag_status"]}
+            offsets:
+              commits_path: {paths["offset_commits"]}
+              groups_path: {paths["group_metadata"]}
+              quarantine_path: {paths["offsets_quarantine"]}
+            """
         )
-        return code
+    )
+    return migrate_yaml, lag_yaml
 
 
 def check_landed(dest_config: dict) -> int:
     """Read the destination groups back and compare with the offsets a perfect migration gives."""
     cluster = kafka.Cluster("destination", dest_config)
     landed = kafka.committed_offsets(cluster, list(GROUPS))
-    exact = partitions = 0
+    exact_partitions = partitions = exact_groups = 0
     for group, offsets in GROUPS.items():
-        group_exact = True
-        for (topic, p), c in offsets.items():
-            partitions += 1
-            want = c - REPLICATED_FROM
-            got = landed[group].get((f"src.{topic}", p))
-            if got == want:
-                exact += 1
-            else:
-                group_exact = False
-                print(f"demo: MISMATCH {group} {topic}[{p}]: expected {want}, got {got}")
-        print(f"demo: {group}: {'exact' if group_exact else 'NOT exact'}")
-    n_groups = sum(
-        all(landed[g].get((f"src.{t}", p)) == c - REPLICATED_FROM for (t, p), c in o.items())
-        for g, o in GROUPS.items()
-    )
+        want = exact(offsets)
+        partitions += len(want)
+        good = sum(landed[group].get(tp) == o for tp, o in want.items())
+        exact_partitions += good
+        exact_groups += good == len(want)
+        for (topic, p), o in sorted(want.items()):
+            got = landed[group].get((topic, p))
+            if got != o:
+                print(f"demo: MISMATCH {group} {topic}[{p}]: expected {o}, got {got}")
     print(
-        f"\ndemo: read back from the destination: {n_groups} of {len(GROUPS)} groups and "
-        f"{exact} of {partitions} partitions landed exactly"
+        f"demo: read back from the destination: {exact_groups} of {len(GROUPS)} groups and "
+        f"{exact_partitions} of {partitions} partitions landed exactly"
     )
-    return 0 if exact == partitions else 1
+    return 0 if exact_partitions == partitions else 1
 
 
 if __name__ == "__main__":

@@ -539,8 +539,16 @@ def plot_audit(audit_pdf: pd.DataFrame | None) -> Figure:
     )
     fig.get_layout_engine().set(h_pad=0.2)  # the panels' y labels apart
     for group, rows in audit_pdf.groupby("group", sort=True):
-        again_ax.plot(rows["audited_at"], rows["delivered_again"], marker="o", label=group)
-        skip_ax.plot(rows["audited_at"], rows["skipped"], marker="o")
+        [line] = again_ax.plot(rows["audited_at"], rows["delivered_again"], marker="o", label=group)
+        skip_ax.plot(rows["audited_at"], rows["skipped"], marker="o", color=line.get_color())
+        # Zero records at stake is not exact where partitions have no commit or no answer.
+        open_ = rows[(rows["no_commit"] + rows["unresolved"]) > 0]
+        again_ax.scatter(open_["audited_at"], open_["delivered_again"], marker="x", s=90,
+                         color=line.get_color(), zorder=3)  # fmt: skip
+    if ((audit_pdf["no_commit"] + audit_pdf["unresolved"]) > 0).any():
+        again_ax.plot(
+            [], [], "x", color="#555555", label="partitions without\na commit or unresolved"
+        )
     again_ax.set_title(title)
     again_ax.set_ylabel("records delivered again\n(BEHIND)")
     skip_ax.set_ylabel("records skipped\n(AHEAD, not live)")
