@@ -11,7 +11,13 @@ import pytest
 from ferry.audit import AUDIT_SCHEMA, audit_rows, exit_code, summarize, summary_lines
 from ferry.audit.table import table_rows
 from ferry.kafka.source import OffsetRange
-from ferry.migrate.difference import SPANS_SCHEMA, plan_counts, read_ranges_of, with_record_counts
+from ferry.migrate.difference import (
+    SPANS_SCHEMA,
+    count_sorted,
+    plan_counts,
+    read_ranges_of,
+    with_record_counts,
+)
 from ferry.session import local_df
 from ferry.status import RESOLVED_PARTITION_STATUSES, AuditVerdict, GroupState, PartitionStatus
 
@@ -285,13 +291,16 @@ def test_records_are_counted_between_offsets_not_offsets_subtracted(spark):
     counted = with_record_counts(
         local_df(spark, spans, SPANS_SCHEMA), local_df(spark, present, records_schema)
     ).collect()
-    assert {(r.topic, r.partition, r.lo, r.hi): r.records for r in counted} == {
+    expected = {
         ("t", 0, 0, 10): 8,
         ("t", 0, 2, 4): 1,  # 2 (3 is a marker)
         ("t", 0, 3, 4): 0,  # a marker alone
         ("t", 0, 4, 8): 3,  # 4, 5, 6
         ("t", 1, 6, 9): 1,  # 6; 9 is the end, not in
     }
+    assert {(r.topic, r.partition, r.lo, r.hi): r.records for r in counted} == expected
+    # the driver's count of the same read, records in any order
+    assert count_sorted(spans, list(reversed(present))) == expected
 
 
 def test_table_rows_keep_the_contract_columns_first():
