@@ -21,10 +21,8 @@ Exit 0 when everything asked was done, 1 when something was not, 2 for usage.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
-from pathlib import Path
 
 from ferry import kafka
 from ferry.cli import (
@@ -41,8 +39,7 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.groups import changes, describe, positions, reset
-from ferry.kafka.cluster import Cluster
+from ferry.groups import changes, describe, positions, reset, selection
 from ferry.session import build_session
 from ferry.write import commit, rollback
 from ferry.write.ledger import Ledger, new_run_id
@@ -121,30 +118,22 @@ def parse_args(argv: list[str]):  # noqa: ANN201
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.set)
+    progress = Progress(not args.quiet)
+    if args.verb == "rollback":
+        return rollback_main(args, cfg, progress)
     require(cfg, "cluster")
     if getattr(args, "execute", False):
         require(cfg, "ledger.path")
     cluster = cfg.client("cluster")
     kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
-    progress = Progress(not args.quiet)
     handler = {
         "list": list_main,
         "describe": describe_main,
         "copy": copy_main,
         "reset": reset_main,
         "delete": delete_main,
-        "rollback": rollback_main,
     }[args.verb]
     return handler(args, cfg, cluster, progress)
-
-
-def _selected(cluster: Cluster, pattern: str | None) -> list[str]:
-    check_regex("--group", pattern)
-    names = describe.select_groups(cluster, pattern)
-    if not names:
-        what = f"matches --group {pattern}" if pattern else "exists"
-        raise describe.NoGroupsError(f"no group on {cluster.name} {what}")
-    return names
 
 
 def _print_summary(text: str, args) -> None:  # noqa: ANN001
@@ -157,7 +146,7 @@ def _print_summary(text: str, args) -> None:  # noqa: ANN001
 
 
 def list_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
-    names = _selected(cluster, args.group)
+    names = selection.matching_groups(cluster, args.group)
     state = describe.fetch_groups(cluster, names)
     rows = []
     for group in names:
@@ -179,7 +168,7 @@ def list_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
 
 def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     check_regex("--topic", args.topic)
-    names = _selected(cluster, args.group)
+    names = selection.matching_groups(cluster, args.group)
     progress(f"describing {len(names)} groups")
     state = describe.fetch_groups(cluster, names)
     rows = describe.position_rows(state, args.topic)
@@ -304,50 +293,13 @@ def copy_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
 
 def reset_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     spec, value = _reset_spec(args)
-    file_offsets = None
-    if spec == "from_file":
-        path = Path(args.from_file)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise UsageError(f"cannot read --from-file {path}: {exc.strerror}") from None
-        try:
-            file_offsets = reset.parse_offsets_csv(text, str(path))
-        except reset.ResetError as exc:
-            raise UsageError(str(exc)) from None
-    if spec != "from_file" and not (args.all_topics or args.topic):
-        raise UsageError("reset needs a scope: --all-topics or --topic T[:P,...]")
-    try:
-        scope = reset.parse_scope(args.topic) if args.topic else None
-    except reset.ResetError as exc:
-        raise UsageError(str(exc)) from None
-    if file_offsets is not None and "" in file_offsets:
-        # topic,partition,offset: one group, named by --group (an existing group's exact id)
-        names = _selected(cluster, args.group) if args.group else []
-        if len(names) != 1:
-            raise UsageError(
-                "a topic,partition,offset file is for one group: --group must match exactly one"
-            )
-        file_offsets = {names[0]: file_offsets[""]}
-    elif file_offsets is not None:
-        check_regex("--group", args.group)
-        wanted = re.compile(args.group) if args.group else None
-        names = sorted(g for g in file_offsets if wanted is None or wanted.fullmatch(g))
-        if not names:
-            raise describe.NoGroupsError(
-                f"no group in {args.from_file} matches --group {args.group}"
-            )
-    else:
-        if not args.group:
-            raise UsageError("reset needs --group REGEX")
-        names = _selected(cluster, args.group)
+    chosen = selection.reset_selection(
+        cluster, args.group, args.topic, args.all_topics, args.from_file
+    )
+    names, file_offsets = chosen.groups, chosen.file_offsets
     state = describe.fetch_groups(cluster, names)
-    if scope is not None:
-        try:  # a topic or partition that does not exist is a usage error, for every group
-            reset.scoped_partitions(scope, {}, state.topic_partitions)
-        except reset.ResetError as exc:
-            raise UsageError(str(exc)) from None
-    partitions = changes.reset_partitions(names, state, scope, file_offsets)
+    selection.check_scope(chosen.scope, state.topic_partitions)
+    partitions = changes.reset_partitions(names, state, chosen.scope, file_offsets)
     keys = {k for v in partitions.values() if isinstance(v, list) for k in v}
     progress(f"resetting {len(names)} groups over {len(keys)} partitions")
     bounds = kafka.watermarks(cluster, keys)
@@ -386,34 +338,20 @@ def _reset_spec(args) -> tuple[str, object]:  # noqa: ANN001
 
 
 def delete_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
-    names = _selected(cluster, args.group)
+    names = selection.matching_groups(cluster, args.group)
     state = describe.fetch_groups(cluster, names)
     planned = changes.plan_delete(names, state)
     run_ledger = _execute(args, cfg, cluster, planned, "delete", progress)
     return _finish(args, cfg, cluster, planned, "delete", run_ledger)
 
 
-def rollback_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
+def rollback_main(args, cfg, progress) -> int:  # noqa: ANN001
     if args.run_id and args.rollback_id and args.run_id != args.rollback_id:
         raise UsageError("give the run id once: RUN_ID or --rollback RUN_ID")
     run_id = args.run_id or args.rollback_id
     if not run_id:
         raise UsageError("rollback needs the RUN_ID of a copy, reset or delete run")
-    require(cfg, "ledger.path")
-    spark = build_session("ferry-groups-rollback")
-    done = rollback.run_rollback(
-        spark, cluster, cfg.ledger.path, run_id, args.execute, progress, cfg.admin.batch_groups
-    )
-    emit(done.rows, rollback.ROLLBACK_COLUMNS, args.output)
-    for group, error in sorted(done.errors.items()):
-        print(f"not rolled back: {group}: {error}", file=sys.stderr)
-    n, failed = len(done.plan), len(done.errors)
-    if args.execute:
-        summary = f"{n - failed} of {n} groups rolled back; run {done.run_id}"
-    else:
-        summary = f"{n} groups would be rolled back (dry run; re-run with --execute)"
-    _print_summary(f"{summary}; ledger {cfg.ledger.path} via {done.writer}", args)
-    return EXIT_OK if not done.errors else EXIT_INCOMPLETE
+    return rollback.rollback_job(cfg, "cluster", run_id, args.execute, args.output, progress)
 
 
 if __name__ == "__main__":

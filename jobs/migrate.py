@@ -20,7 +20,6 @@ import time
 from ferry import migrate
 from ferry.cli import (
     EXIT_INCOMPLETE,
-    EXIT_OK,
     ArgumentParser,
     Progress,
     add_common_arguments,
@@ -99,8 +98,9 @@ def main(argv: list[str]) -> int:
     cfg = load_config(args.config, args.set)
     progress = Progress(not args.quiet)
     if args.rollback:
-        require(cfg, "destination", "ledger.path")
-        return rollback_main(args, cfg, progress)
+        return rollback.rollback_job(
+            cfg, "destination", args.rollback, args.execute, args.output, progress
+        )
     require(cfg, "source", "destination", "ledger.path")
     src, dst = cfg.client("source"), cfg.client("destination")
     spark = build_session("ferry-migrate")
@@ -188,24 +188,6 @@ def print_summary(args, plan, decisions, ledger) -> None:  # noqa: ANN001
         f"run {ledger.run_id}; ledger {ledger.path} via {ledger.writer}",
         file=sys.stdout if args.output == "table" else sys.stderr,
     )
-
-
-def rollback_main(args, cfg, progress) -> int:  # noqa: ANN001
-    dst = cfg.client("destination")
-    spark = build_session("ferry-migrate-rollback")
-    done = rollback.run_rollback(
-        spark, dst, cfg.ledger.path, args.rollback, args.execute, progress, cfg.admin.batch_groups
-    )
-    emit(done.rows, rollback.ROLLBACK_COLUMNS, args.output)
-    for group, error in sorted(done.errors.items()):
-        print(f"not rolled back: {group}: {error}", file=sys.stderr)
-    n, failed = len(done.plan), len(done.errors)
-    verb = "rolled back" if args.execute else "would be rolled back (dry run)"
-    print(
-        f"{n - failed} of {n} groups {verb}; run {done.run_id}; via {done.writer}",
-        file=sys.stdout if args.output == "table" else sys.stderr,
-    )
-    return EXIT_OK if not done.errors else EXIT_INCOMPLETE
 
 
 if __name__ == "__main__":

@@ -150,3 +150,34 @@ def test_csv_round_trips_one_group_and_several():
 def test_malformed_csv_names_the_line(text, message):
     with pytest.raises(ResetError, match=message):
         parse_offsets_csv(text, "f.csv")
+
+
+def test_selection_reads_a_file_of_several_groups_narrowed_by_group(tmp_path):
+    from ferry.cli import UsageError
+    from ferry.groups.describe import NoGroupsError
+    from ferry.groups.selection import check_scope, read_offsets_file, reset_selection
+
+    plan = tmp_path / "plan.csv"
+    plan.write_text("app-1,t,0,5\napp-2,t,1,7\nother,t,0,1\n")
+    # A file of several groups needs no cluster to know its groups.
+    chosen = reset_selection(None, "app-.*", ["t:0"], False, str(plan))  # type: ignore[arg-type]
+    assert chosen.groups == ["app-1", "app-2"]
+    assert chosen.scope == {"t": (0,)}
+    assert chosen.file_offsets is not None and chosen.file_offsets["app-2"] == {("t", 1): 7}
+    with pytest.raises(NoGroupsError, match="no group in .*plan.csv matches --group x.*"):
+        reset_selection(None, "x.*", None, False, str(plan))  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="cannot read --from-file .*missing.csv"):
+        read_offsets_file(str(tmp_path / "missing.csv"))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("t,0,5\nt,x,1\n")
+    with pytest.raises(UsageError, match="line 2"):
+        read_offsets_file(str(bad))
+    with pytest.raises(UsageError, match="reset needs a scope"):
+        reset_selection(None, "g", None, False, None)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="--topic 't:x'"):
+        reset_selection(None, "g", ["t:x"], False, None)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="topic nope does not exist"):
+        check_scope({"nope": None}, {"t": 2})
+    with pytest.raises(UsageError, match="has 2 partitions; there is no partition 5"):
+        check_scope({"t": (5,)}, {"t": 2})
+    check_scope(None, {})

@@ -1,3 +1,4 @@
 """Single-cluster group tooling: `describe` (positions, lag, time lag), `changes` (copy, reset
-and delete plans), `reset` (targets and `--from-file` CSV) and `positions` (each position's
-next record, read one span of nearby positions at a time)."""
+and delete plans), `reset` (targets and `--from-file` CSV), `selection` (which groups, topics
+and file offsets a verb acts on) and `positions` (each position's next record, read one span
+of nearby positions at a time)."""

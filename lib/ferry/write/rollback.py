@@ -1,4 +1,5 @@
-"""Undo a run: write back the offsets a group had before a `migrate`, `copy` or `reset` run.
+"""Undo a run: write back the offsets a group had before a `migrate`, `copy`, `reset` or
+`delete` run. `rollback_job` is the one entry for `migrate --rollback` and `groups rollback`.
 
 Rollback reads what the run wrote from the ledger and, for each group — only if it is Empty
 or Dead right now — commits the recorded previous offsets in one request. A group whose
@@ -14,14 +15,19 @@ group is reported as incomplete.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 
 from ferry import kafka
 from ferry.kafka.cluster import Cluster
 from ferry.write import commit, ledger
+
+if TYPE_CHECKING:
+    from ferry.config import FerryConfig
 
 # What a rollback prints, per group partition (migrate and groups alike).
 ROLLBACK_COLUMNS = ["group", "topic", "partition", "previous_offset", "new_offset", "status"]
@@ -238,3 +244,40 @@ def run_rollback(
     rows, errors = apply_rollback(cluster, plan, execute, progress, batch_groups)
     writer = own.append(rows, ledger.PHASE_OUTCOME if execute else ledger.PHASE_PLAN)
     return RollbackRun(plan, rows, {g: e for g, e in errors.items() if e}, own.run_id, writer)
+
+
+def rollback_job(
+    cfg: FerryConfig,
+    section: str,
+    run_id: str,
+    execute: bool,
+    output: str,
+    progress: Callable[[str], None],
+) -> int:
+    """`migrate --rollback RUN_ID` and `groups rollback RUN_ID`: roll the run back on the
+    config's `section` cluster (the one it changed), print one row per group partition and
+    a summary, and return the exit code (0 every group rolled back, 1 not)."""
+    from ferry.cli import EXIT_INCOMPLETE, EXIT_OK, emit
+    from ferry.config import require
+    from ferry.session import build_session
+
+    require(cfg, section, "ledger.path")
+    cluster = cfg.client(section)
+    kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
+    spark = build_session("ferry-rollback")
+    done = run_rollback(
+        spark, cluster, cfg.ledger.path, run_id, execute, progress, cfg.admin.batch_groups
+    )
+    emit(done.rows, ROLLBACK_COLUMNS, output)
+    for group, error in sorted(done.errors.items()):
+        print(f"not rolled back: {group}: {error}", file=sys.stderr)
+    n, failed = len(done.plan), len(done.errors)
+    if execute:
+        summary = f"{n - failed} of {n} groups rolled back"
+    else:
+        summary = f"{n} groups would be rolled back (dry run; re-run with --execute)"
+    print(
+        f"{summary}; run {done.run_id}; ledger {cfg.ledger.path} via {done.writer}",
+        file=sys.stdout if output == "table" else sys.stderr,
+    )
+    return EXIT_OK if not done.errors else EXIT_INCOMPLETE
