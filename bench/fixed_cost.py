@@ -9,12 +9,16 @@ one stopped group committed at COMMITTED. Then ROUNDS alternating rounds of, eac
     (same master, options, environment), with only the job file swapped;
 (b) `./spark-submit.sh --master local[2] migrate --config … --quiet -o json` (dry run).
 
+Then the scheduled rerun that has nothing to do: one untimed `migrate --execute` commits the
+group, and ROUNDS more alternating rounds time (a) against (c) the same `migrate --execute`
+again, which must find the group ALREADY_MIGRATED.
+
 One untimed trivial run first warms the disk cache. Prints every run, the medians and the
-ratio (b)/(a) (target <= 1.5x), then where one more migrate run (progress on) spends its time,
-from the arrival time of each progress line. Load from other processes only ever adds time,
-and hits both jobs alike as the rounds alternate; the load average is printed beside the
-result. The plan must be exact (destination offset COMMITTED - REPLICATED_FROM), so a fast
-wrong answer fails the bench (exit 1).
+ratios (b)/(a) (target <= 1.5x) and (c)/(a), then where one more dry run (progress on) spends
+its time, from the arrival time of each progress line. Load from other processes only ever
+adds time, and hits both jobs alike as the rounds alternate; the load average is printed
+beside the result. The plan must be exact (destination offset COMMITTED - REPLICATED_FROM),
+so a fast wrong answer fails the bench (exit 1).
 
     .venv/bin/python bench/fixed_cost.py [--rounds 3] [--records 300]
 """
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ferry.testing.brokers import local_brokers
@@ -114,25 +119,51 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str, list[tuple[
     return elapsed, stdout, lines
 
 
-def check_plan(stdout: str, expected: int) -> str | None:
+def check_plan(stdout: str, expected: int, status: str = "READY") -> str | None:
     rows = json.loads(stdout)
     if len(rows) != 1:
         return f"expected one plan row, got {len(rows)}"
     row = rows[0]
-    if row["destination_offset"] != expected or row["group_status"] != "READY":
-        return f"plan row {row} (expected destination offset {expected}, READY)"
+    if row["destination_offset"] != expected or row["group_status"] != status:
+        return f"plan row {row} (expected destination offset {expected}, {status})"
     return None
+
+
+def alternate(
+    rounds: int,
+    name: str,
+    trivial: tuple[list[str], dict[str, str]],
+    job: list[str],
+    check: Callable[[str], str | None],
+) -> tuple[list[float], list[float], list[str]]:
+    """`rounds` alternating runs of the trivial job and `job`: their times and what failed."""
+    times: tuple[list[float], list[float]] = ([], [])
+    failures = []
+    for r in range(rounds):
+        elapsed, _, _ = timed(trivial[0], _clean_env(trivial[1]))
+        times[0].append(elapsed)
+        elapsed, stdout, _ = timed(job, _clean_env())
+        times[1].append(elapsed)
+        if wrong := check(stdout):
+            failures.append(f"{name} round {r + 1}: {wrong}")
+        print(
+            f"  {name} round {r + 1}: trivial {times[0][-1]:.1f}s, {name} {times[1][-1]:.1f}s",
+            file=sys.stderr,
+        )
+    return times[0], times[1], failures
 
 
 def breakdown(lines: list[tuple[float, str]], total: float) -> list[tuple[str, float]]:
     """Stages between the progress lines' arrival times (seconds after the submit started)."""
     marks = [(t, m["msg"]) for t, line in lines if (m := PROGRESS.match(line))]
-    labels = {
+    labels = {  # each progress line ends the stage named here
         "discovering groups": "JVM, Python driver and session start",
         "groups selected": "discover: admin calls on both clusters",
-        "source: reading": "committed offsets to the first source read",
-        "destination: reading": "source read, anchors, destination window lookups",
-        "matching anchors": "destination read set-up",
+        "source: reading": "committed offsets as a DataFrame",
+        "destination: step": "source read, its coverage check and the anchors (Spark jobs)",
+        "destination: read": "destination read and the search's slice state",
+        "destination: reading": "source read, anchors and destination window lookups",
+        "matching anchors": "destination last timestamps (probes) and the plan's set-up",
     }
     out = []
     previous = 0.0
@@ -140,7 +171,7 @@ def breakdown(lines: list[tuple[float, str]], total: float) -> list[tuple[str, f
         label = next((v for k, v in labels.items() if k in msg), msg)
         out.append((label, t - previous))
         previous = t
-    out.append(("matching, ledger dry-run write, output and JVM exit", total - previous))
+    out.append(("matching (a Spark job), ledger dry-run write, output, exit", total - previous))
     return out
 
 
@@ -168,33 +199,41 @@ def main() -> int:
             file=sys.stderr,
         )
         load_before = os.getloadavg()[0]
+        trivial = (trivial_argv, trivial_env)
         timed(trivial_argv, _clean_env(trivial_env))  # warm-up, not counted
-        runs: dict[str, list[float]] = {"trivial": [], "migrate": []}
-        failures = []
-        for r in range(args.rounds):
-            elapsed, _, _ = timed(trivial_argv, _clean_env(trivial_env))
-            runs["trivial"].append(elapsed)
-            elapsed, stdout, _ = timed(migrate_argv, _clean_env())
-            runs["migrate"].append(elapsed)
-            if wrong := check_plan(stdout, expected):
-                failures.append(f"round {r + 1}: {wrong}")
-            print(
-                f"  round {r + 1}: trivial {runs['trivial'][-1]:.1f}s, "
-                f"migrate {runs['migrate'][-1]:.1f}s",
-                file=sys.stderr,
-            )
+        trivial_s, migrate_s, failures = alternate(
+            args.rounds, "dry run", trivial, migrate_argv, lambda out: check_plan(out, expected)
+        )
         verbose = [a for a in migrate_argv if a != "--quiet"]
         total, stdout, lines = timed(verbose, _clean_env())
         stages = breakdown(lines, total)
+        execute = [*migrate_argv, "--execute"]
+        _, stdout, _ = timed(execute, _clean_env())
+        if wrong := check_plan(stdout, expected, "COMMITTED"):
+            failures.append(f"execute: {wrong}")
+        trivial2_s, rerun_s, more = alternate(
+            args.rounds,
+            "rerun",
+            trivial,
+            execute,
+            lambda out: check_plan(out, expected, "ALREADY_MIGRATED"),
+        )
+        failures += more
         load_after = os.getloadavg()[0]
 
     def show(values: list[float]) -> str:
         return f"{statistics.median(values):6.1f}s  (runs: {', '.join(f'{v:.1f}' for v in values)})"
 
-    trivial_s, migrate_s = (statistics.median(runs[k]) for k in ("trivial", "migrate"))
-    print(f"trivial PySpark job          : {show(runs['trivial'])}")
-    print(f"migrate dry run, 1 group/1 p : {show(runs['migrate'])}")
-    print(f"fixed cost, migrate / trivial: {migrate_s / trivial_s:5.2f}x (target <= 1.5x)")
+    median = statistics.median
+    print(f"trivial PySpark job          : {show(trivial_s)}")
+    print(f"migrate dry run, 1 group/1 p : {show(migrate_s)}")
+    print(
+        f"fixed cost, migrate / trivial: {median(migrate_s) / median(trivial_s):5.2f}x "
+        "(target <= 1.5x)"
+    )
+    print(f"trivial PySpark job (again)  : {show(trivial2_s)}")
+    print(f"rerun, ALREADY_MIGRATED      : {show(rerun_s)}")
+    print(f"rerun / trivial              : {median(rerun_s) / median(trivial2_s):5.2f}x")
     print(f"load average                 : {load_before:.1f} before, {load_after:.1f} after")
     print(f"where one more migrate run spends its {total:.1f}s:")
     for label, seconds in stages:

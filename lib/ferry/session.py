@@ -53,9 +53,8 @@ def build_session(app_name: str = "ferry") -> SparkSession:
         level = os.environ.get("FERRY_SPARK_LOG")
         if level:
             spark.sparkContext.setLogLevel(level)
-    from ferry.kafka.source import register
-
-    register(spark)
+    # The ferry-kafka data source is registered by its first read (ferry.kafka.source):
+    # registering starts a Python worker that small runs, which read on the driver, skip.
     return spark
 
 

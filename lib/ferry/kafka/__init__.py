@@ -34,7 +34,7 @@ from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
 from ferry.kafka.commits import alter_offsets_each, by_state
 from ferry.kafka.probes import first_records_at, offsets_for_timestamps
 from ferry.kafka.reader import KafkaReadError, OffsetRange, RangeReader
-from ferry.kafka.records import read, read_ranges
+from ferry.kafka.records import read
 
 __all__ = [
     "Cluster",
@@ -60,6 +60,5 @@ __all__ = [
     "list_topics",
     "offsets_for_timestamps",
     "read",
-    "read_ranges",
     "watermarks",
 ]

@@ -17,7 +17,7 @@ the tests compare both paths on the same ranges.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -96,34 +96,3 @@ def read_table(
     # Spark needs at least one chunk per column, even of nothing.
     empty = [pa.RecordBatch.from_pylist([], schema=schema)]
     return pa.Table.from_batches(batches or empty, schema=schema)
-
-
-def read_ranges(
-    spark: SparkSession,
-    client_conf: Mapping[str, str],
-    ranges: Sequence[OffsetRange],
-    *,
-    cluster: str | None = None,
-    hash_fields: Sequence[str] = (),
-    ignore_headers: Sequence[str] = (),
-    columns: Sequence[str] = (),
-    max_records_per_partition: int = 50_000,
-    timeout_ms: int = 30_000,
-    isolation_level: str = "read_committed",
-) -> DataFrame:
-    """The earlier signature of `read` (client properties and reader settings one by one),
-    kept for callers not yet moved to a `Cluster`; reads through `read` all the same."""
-    return read(
-        spark,
-        Cluster(
-            cluster or client_conf.get("bootstrap.servers", "?"),
-            dict(client_conf),
-            timeout_s=timeout_ms / 1000,
-            isolation_level=isolation_level,
-            max_records_per_task=max_records_per_partition,
-        ),
-        ranges,
-        columns=columns,
-        hash_fields=hash_fields,
-        ignore_headers=ignore_headers,
-    )

@@ -206,8 +206,11 @@ class KafkaRangesReader(DataSourceReader):
 
 
 def register(spark: SparkSession) -> None:
-    """Make `spark.read.format("ferry-kafka")` available in this session."""
-    spark.dataSource.register(KafkaRangesDataSource)
+    """Make `spark.read.format("ferry-kafka")` available in this session (once: registering
+    starts a Python worker to look up data sources, about a second)."""
+    if not getattr(spark, "_ferry_kafka_registered", False):
+        spark.dataSource.register(KafkaRangesDataSource)
+        spark._ferry_kafka_registered = True  # type: ignore[attr-defined]
 
 
 def read_with_spark(
@@ -228,6 +231,7 @@ def read_with_spark(
     parallelism, so every core stays busy)."""
     if min_partitions is None:
         min_partitions = 2 * spark.sparkContext.defaultParallelism
+    register(spark)
     reader = spark.read.format(SOURCE_NAME)
     for key, value in cluster.conf.items():
         reader = reader.option(f"kafka.{key}", str(value))
