@@ -9,7 +9,13 @@
 #   --driver-memory --driver-cores --queue --properties-file --jars --files --archives
 #   --py-files --driver-java-options --driver-class-path --driver-library-path --principal
 #   --keytab --proxy-user --repositories --exclude-packages VALUE
-#                         passed to spark-submit (--archives and --py-files join Ferry's own)
+#                         passed to spark-submit (--files, --archives and --py-files join
+#                         Ferry's own)
+# Non-local masters: client properties naming files (ssl.ca.location, ssl.certificate.location,
+# ssl.key.location, ssl.keystore.location, ssl.crl.location, sasl.kerberos.keytab) that are
+# files here are shipped with --files and the job is handed a config naming the copies; in
+# cluster deploy mode the --config file and a --from-file CSV are shipped too and the job is
+# handed their names (lib/ferry/shipping.py). Two files shipped under one name are an error.
 #   --packages            add the Delta Lake jars matching the installed Spark (= FERRY_PACKAGES=1)
 #   --no-ship-env         for a non-local master, do not ship build/ferry-env.tar.gz: the nodes
 #                         (a Kubernetes image, say) already carry Ferry's Python environment;
@@ -23,7 +29,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PASS_THROUGH=" --name --num-executors --executor-memory --executor-cores --total-executor-cores
-  --driver-memory --driver-cores --queue --properties-file --jars --files --driver-class-path
+  --driver-memory --driver-cores --queue --properties-file --jars --driver-class-path
   --driver-library-path --principal --keytab --proxy-user --repositories --exclude-packages "
 
 jobs_list() {
@@ -55,6 +61,7 @@ USER_ARGS=()
 USER_CONFS=()
 USER_ARCHIVES=""
 USER_PY_FILES=""
+USER_FILES=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --packages) PACKAGES=1; shift; continue ;;
@@ -70,6 +77,7 @@ while [ $# -gt 0 ]; do
     --deploy-mode) DEPLOY_MODE="$2" ;;
     --conf|-c) [[ "$2" == *=* ]] || die_usage "--conf needs KEY=VALUE, got '$2'"; USER_CONFS+=("$2") ;;
     --archives) USER_ARCHIVES="$2" ;;
+    --files) USER_FILES="$2" ;;
     --py-files) USER_PY_FILES="$2" ;;
     --driver-java-options) USER_CONFS+=("spark.driver.extraJavaOptions=$2") ;;
     *) [[ "$PASS_THROUGH" == *" $1 "* ]] || die_usage "unknown option $1"; USER_ARGS+=("$1" "$2") ;;
@@ -212,12 +220,31 @@ fi
 SUBMIT_OPTS="$SUBMIT_OPTS${SPARK_SUBMIT_OPTS:+ $SPARK_SUBMIT_OPTS}"
 [ -z "$SUBMIT_OPTS" ] || ENVS+=("SPARK_SUBMIT_OPTS=${SUBMIT_OPTS# }")
 
+# Files the job names (its config, a --from-file CSV, client properties such as
+# ssl.ca.location) travel with it to where they are opened, and the job is handed their
+# shipped names (lib/ferry/shipping.py).
+FILES="$USER_FILES"
+JOB_ARGS=("$@")
+if [ "$LOCAL" = 0 ]; then
+  SHIPPING_OUT="$(mktemp "$ROOT/build/.shipping.XXXXXX")"
+  if ! PYTHONPATH="$ROOT/lib" "$PY" -m ferry.shipping --deploy-mode "$DEPLOY_MODE" \
+      --stage "$ROOT/build/ship" --files "$USER_FILES" -- "$@" >"$SHIPPING_OUT"; then
+    rm -f "$SHIPPING_OUT"; exit 2
+  fi
+  mapfile -d '' SHIPPING <"$SHIPPING_OUT"
+  rm -f "$SHIPPING_OUT"
+  [ -z "${SHIPPING[0]}" ] || FILES="${SHIPPING[0]}${FILES:+,$FILES}"
+  [ -z "${SHIPPING[1]}" ] || ENVS+=("FERRY_SHIPPED_FILES=${SHIPPING[1]}")
+  JOB_ARGS=("${SHIPPING[@]:2}")
+fi
+
 CMD=("$SUBMIT" --master "$MASTER" --deploy-mode "$DEPLOY_MODE" --name "ferry-$JOB"
   --py-files "$LIB_ZIP${USER_PY_FILES:+,$USER_PY_FILES}")
 [ -n "$ARCHIVES" ] && CMD+=(--archives "$ARCHIVES")
+[ -n "$FILES" ] && CMD+=(--files "$FILES")
 CMD+=("${USER_ARGS[@]}")
 for c in "${DEFAULTS[@]}" "${USER_CONFS[@]}" "${FINAL[@]}"; do CMD+=(--conf "$c"); done
-CMD+=("$JOB_FILE" "$@")
+CMD+=("$JOB_FILE" "${JOB_ARGS[@]}")
 
 if [ "$PRINT" = 1 ]; then
   [ -z "$RUN_DIR" ] || printf 'cd %q && ' "$RUN_DIR"

@@ -74,6 +74,65 @@ def add_common_arguments(parser: argparse.ArgumentParser, output: bool = True) -
     if output:
         parser.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks and Spark logs")
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the config as this job resolves it (--set applied, ${VAR}s read, secrets "
+        "masked) as YAML, and exit",
+    )
+
+
+_SECRET = re.compile(r"password|secret|token|(^|\.)key\.pem$|sasl\.username", re.I)
+
+
+def resolved_config_yaml(path: str | None, overrides: Sequence[str]) -> str:
+    """The config as a job loads it, as YAML: every section with its defaults filled in,
+    secrets masked. On a client-mode driver a file property naming a copy shipped by
+    spark-submit.sh is followed by a comment saying which local file it opens."""
+    import dataclasses
+
+    import yaml
+
+    from ferry.config import CLUSTER_SECTIONS, load_config
+    from ferry.shipping import local_paths
+
+    cfg = load_config(path, overrides)
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+
+    data: dict[str, Any] = {}
+    notes: list[str] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in CLUSTER_SECTIONS:
+            if value is None:
+                continue
+            conf = {k: ("***" if _SECRET.search(k) else v) for k, v in value.items()}
+            local = local_paths(conf)
+            notes += [
+                f"# {f.name}.{k}: {conf[k]} opens {local[k]} on this driver"
+                for k in conf
+                if local[k] != conf[k]
+            ]
+            data[f.name] = conf
+        else:
+            data[f.name] = plain(dataclasses.asdict(value))
+    text = yaml.safe_dump(data, sort_keys=False)
+    return text + "".join(f"{n}\n" for n in notes)
+
+
+def _print_config(args: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config")
+    parser.add_argument("--set", action="append", default=[])
+    known, _ = parser.parse_known_args(list(args))
+    sys.stdout.write(resolved_config_yaml(known.config, known.set))
+    return EXIT_OK
 
 
 _WRAPPED = re.compile(
@@ -168,6 +227,8 @@ def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> 
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
     try:
+        if "--print-config" in args:
+            return _print_config(args)
         return main(args)
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE

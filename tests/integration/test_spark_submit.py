@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import textwrap
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ferry.testing.produce import commit_offsets, create_topics
 
@@ -32,7 +34,7 @@ ENV_PY = "./environment/bin/python"
 def submit(*args: str, timeout: int = 180, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False,
-        env={**os.environ, **env},
+        env={**os.environ, **env}, cwd=ROOT,
     )  # fmt: skip
 
 
@@ -40,7 +42,7 @@ def test_usage_lists_the_jobs_and_exits_2():
     for args in ((), ("no-such-job",), ("--master",)):
         result = submit(*args)
         assert result.returncode == 2, args
-        assert "jobs: decode-offsets groups lag-snapshot lag-status migrate" in result.stderr
+        assert "jobs: audit decode-offsets groups lag-snapshot lag-status migrate" in result.stderr
     for args, message in (
         (("no-such-job",), "unknown job 'no-such-job'"),
         (("--master",), "--master needs a value"),
@@ -132,6 +134,177 @@ def test_an_image_with_the_environment_ships_none_and_user_settings_win():
     assert user.env["PYTHONPATH"].split(":")[0] == f"{ROOT}/lib"
     assert "spark.python.daemon.module" not in command.confs
     assert "spark.python.daemon.module" not in printed("groups", "list", "--verbose").confs
+
+
+@pytest.fixture
+def secured(tmp_path) -> dict[str, Path]:
+    """A config whose clusters name a CA, a client certificate and key (one through ${VAR}),
+    a file only the nodes have, and a `groups reset --from-file` CSV, all in tmp_path."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    out = {n: certs / n for n in ("ca.pem", "client.pem", "client.key")}
+    for path in out.values():
+        path.write_text(f"not really {path.name}\n")
+    out["csv"] = tmp_path / "plan.csv"
+    out["csv"].write_text("g1,orders,0,5\n")
+    out["config"] = tmp_path / "groups.yaml"
+    out["config"].write_text(
+        textwrap.dedent(
+            f"""\
+            cluster:
+              bootstrap.servers: ${{FERRY_TEST_BOOTSTRAP}}
+              security.protocol: SSL
+              ssl.ca.location: {out["ca.pem"]}
+              ssl.certificate.location: {out["client.pem"]}
+              ssl.key.location: ${{FERRY_TEST_KEY}}
+              ssl.key.password: ${{FERRY_TEST_KEY_PASSWORD}}
+              ssl.crl.location: /etc/only-on-the-nodes/crl.pem
+            ledger:
+              path: s3a://bucket/ledger
+            """
+        )
+    )
+    return out
+
+
+SECURED_ENV = {"FERRY_TEST_BOOTSTRAP": "kafka:9093", "FERRY_TEST_KEY_PASSWORD": "hunter2"}
+
+
+def submit_env(secured) -> dict[str, str]:  # noqa: ANN001
+    return {**SECURED_ENV, "FERRY_TEST_KEY": str(secured["client.key"])}
+
+
+def printed_with(env: dict[str, str], *args: str) -> Printed:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return printed(*args)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+
+
+def resolved_config(job_argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[dict, str]:
+    """The config the job itself resolves from these arguments in `cwd` (`--print-config`)."""
+    result = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), *job_argv, "--print-config"],
+        capture_output=True, text=True, cwd=cwd, env={**os.environ, **env}, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout), result.stdout
+
+
+def localize(files: str, into: Path) -> None:
+    """What YARN and Kubernetes do with --files: each file in the working directory of the
+    driver (cluster mode) and of every executor, under its name (or #alias)."""
+    into.mkdir()
+    for entry in files.split(","):
+        path, _, alias = entry.partition("#")
+        if not path.startswith(("hdfs:", "s3a:")):
+            shutil.copy(path, into / (alias or Path(path).name))
+
+
+def test_cluster_mode_ships_the_config_its_files_and_the_csv(secured, tmp_path):
+    extra = tmp_path / "lookup.json"
+    extra.write_text("{}")
+    for master in ("yarn", "k8s://https://kube:6443"):
+        command = printed_with(
+            submit_env(secured), "--master", master, "--deploy-mode", "cluster",
+            "--files", f"{extra},hdfs://nn/shared/other.txt", "groups", "reset",
+            "--config", str(secured["config"]), "--group", "g1",
+            "--from-file", str(secured["csv"]), "--execute",
+        )  # fmt: skip
+        files = command.option("--files")
+        names = [Path(f.partition("#")[0]).name for f in files.split(",")]
+        assert sorted(names) == sorted(["groups.yaml", "plan.csv", "ca.pem", "client.pem",
+                                        "client.key", "lookup.json", "other.txt"])  # fmt: skip
+        assert f"{extra},hdfs://nn/shared/other.txt" in files  # the user's own, as given
+        job = command.argv[command.argv.index(f"{ROOT}/jobs/groups.py") :]
+        assert job[1:] == ["reset", "--config", "groups.yaml", "--group", "g1",
+                           "--from-file", "plan.csv", "--execute"]  # fmt: skip
+        assert "FERRY_SHIPPED_FILES" not in command.env  # the driver finds them where it runs
+
+        # The driver, in the directory the cluster manager localized --files into:
+        driver_dir = tmp_path / f"driver-{master.split(':')[0]}"
+        localize(files, driver_dir)
+        config, text = resolved_config(job, driver_dir, SECURED_ENV)  # no FERRY_TEST_KEY there
+        cluster = config["cluster"]
+        assert cluster["ssl.ca.location"] == "ca.pem" and (driver_dir / "ca.pem").is_file()
+        assert cluster["ssl.certificate.location"] == "client.pem"
+        assert cluster["ssl.key.location"] == "client.key"
+        assert cluster["ssl.crl.location"] == "/etc/only-on-the-nodes/crl.pem"
+        assert cluster["bootstrap.servers"] == "kafka:9093"
+        assert cluster["ssl.key.password"] == "***" and "hunter2" not in text
+        assert (driver_dir / "plan.csv").read_text() == secured["csv"].read_text()
+
+
+def test_client_mode_ships_files_for_the_executors_and_tells_the_driver(secured, tmp_path):
+    for master in ("yarn", "spark://spark-master:7077"):
+        command = printed_with(
+            submit_env(secured), "--master", master, "groups", "describe",
+            "--config", str(secured["config"]), "--set", "cluster.client.id=me",
+        )  # fmt: skip
+        files = command.option("--files")
+        assert sorted(Path(f).name for f in files.split(",")) == [
+            "ca.pem", "client.key", "client.pem"
+        ]  # fmt: skip
+        job = command.argv[command.argv.index(f"{ROOT}/jobs/groups.py") :]
+        staged = Path(job[3])
+        assert job[2] == "--config" and staged.is_absolute() and staged != secured["config"]
+        assert staged.parent.parent == ROOT / "build" / "ship"
+        shipped = json.loads(command.env["FERRY_SHIPPED_FILES"])
+        assert shipped == {n: str(secured[n]) for n in ("ca.pem", "client.pem", "client.key")}
+        # The driver's resolved config names the shipped copies (what executors open) and says
+        # which local file each opens on this driver.
+        told = {**SECURED_ENV, "FERRY_SHIPPED_FILES": command.env["FERRY_SHIPPED_FILES"]}
+        config, text = resolved_config(job, tmp_path, told)
+        assert config["cluster"]["ssl.ca.location"] == "ca.pem"
+        assert config["cluster"]["client.id"] == "me"
+        assert f"# cluster.ssl.ca.location: ca.pem opens {secured['ca.pem']} on this driver" in (
+            text
+        )
+    local = printed_with(submit_env(secured), "--master", "local[2]", "groups", "describe",
+                         "--config", str(secured["config"]))  # fmt: skip
+    assert local.option("--files") is None and "FERRY_SHIPPED_FILES" not in local.env
+    assert local.argv[-2:] == ["--config", str(secured["config"])]
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `./spark-submit.sh` command in the README's "Running on a cluster" section."""
+    text = (ROOT / "README.md").read_text().split("## Running on a cluster")[1].split("\n## ")[0]
+    joined = re.sub(r"\\\n\s*", " ", text)
+    return [shlex.split(line)[1:] for line in joined.splitlines() if line.startswith("./spark-")]
+
+
+def test_the_readme_cluster_commands_need_no_hand_edits():
+    """Run as printed: a config that is a file here is shipped and named by its shipped name;
+    one that is a path in the nodes' image is left as typed."""
+    commands = [c for c in readme_commands() if "cluster" in c]
+    assert len(commands) == 3, commands
+    for args in commands:
+        command = printed(*args)
+        job = command.argv[command.argv.index(f"{ROOT}/jobs/migrate.py") + 1 :]
+        config = args[args.index("--config") + 1]
+        if (ROOT / config).is_file():
+            assert job[job.index("--config") + 1] == "migrate.yaml", args
+            assert command.option("--files").split(",") == [str(ROOT / config)], args
+        else:
+            assert job[job.index("--config") + 1] == config, args
+            assert command.option("--files") is None, args
+
+
+def test_two_files_shipped_under_one_name_are_an_error(secured, tmp_path):
+    other = tmp_path / "ca.pem"
+    other.write_text("another CA\n")
+    result = submit("--print-command", "--master", "yarn", "--files", str(other),
+                    "groups", "list", "--config", str(secured["config"]),
+                    **submit_env(secured))  # fmt: skip
+    assert result.returncode == 2
+    [line] = [x for x in result.stderr.splitlines() if not x.startswith("note:")]
+    assert line.startswith("error: ") and str(other) in line and str(secured["ca.pem"]) in line
 
 
 def test_jobs_started_together_after_a_library_change_all_start():

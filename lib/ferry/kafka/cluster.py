@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ferry.shipping import local_paths
+
 if TYPE_CHECKING:
     from ferry.config import FerryConfig
 
@@ -81,7 +83,8 @@ class Cluster:
         from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
-            client = AdminClient({**self.conf, "log_level": 0, "error_cb": lambda _err: None})
+            conf = local_paths(self.conf)  # files shipped by spark-submit.sh (ferry.shipping)
+            client = AdminClient({**conf, "log_level": 0, "error_cb": lambda _err: None})
             object.__setattr__(self, "_admin", client)
         return self._admin
 
@@ -101,7 +104,7 @@ class Cluster:
         return {
             **CONSUMER_DEFAULTS,
             "isolation.level": self.isolation_level,
-            **self.conf,
+            **local_paths(self.conf),
             "group.id": "ferry-reader",  # required by librdkafka; never joined or committed
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
