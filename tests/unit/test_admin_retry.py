@@ -1,0 +1,135 @@
+"""The one admin retry loop (`ferry.kafka.admin.retry_each`) as a control loop: which keys are
+sent again, when the client is renewed, what a recheck settles, and that the budget holds.
+The requests themselves are futures made here; the fault tests stage the same failures on the
+wire (tests/integration/test_faults_jobs.py)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException
+
+from ferry.kafka.admin import failed_future, retry_each
+from ferry.kafka.cluster import ClusterError, CommitUnknownError
+
+
+@dataclass
+class FakeCluster:
+    """What retry_each asks of a cluster: a client, renewing it, a name and time limits."""
+
+    name: str = "cluster (h:9092)"
+    attempt_s: float = 0.5
+    retry_s: float = 3.0
+    renewed: int = 0
+    clients: list[object] = field(default_factory=list)
+
+    def admin(self) -> object:
+        if not self.clients or self.clients[-1] is None:
+            self.clients.append(object())
+        return self.clients[-1]
+
+    def renew_admin(self) -> None:
+        self.renewed += 1
+        self.clients.append(None)
+
+
+def error(code: int, text: str = "boom") -> KafkaException:
+    return KafkaException(KafkaError(code, text))
+
+
+def answered(value: object) -> concurrent.futures.Future:
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result(value)
+    return future
+
+
+def scripted(outcomes: dict[str, list[object]], sent: list[list[str]]):  # noqa: ANN201
+    """A submit that answers each key with its next scripted outcome (an exception fails)."""
+
+    def submit(_admin, keys):  # noqa: ANN001, ANN202
+        sent.append(list(keys))
+        return {
+            k: failed_future(o) if isinstance(o, BaseException) else answered(o)
+            for k in keys
+            for o in [outcomes[k].pop(0)]
+        }
+
+    return submit
+
+
+def test_only_failed_keys_are_sent_again_on_a_fresh_client():
+    cluster, sent = FakeCluster(), []
+    outcomes = {
+        "a": ["A"],
+        "b": [error(KafkaError._TRANSPORT), error(KafkaError.NOT_COORDINATOR), "B"],
+        "c": [error(KafkaError.GROUP_AUTHORIZATION_FAILED, "not allowed")],
+    }
+    answers, errors = retry_each(cluster, lambda k: f"describe {k}", list(outcomes),
+                                 scripted(outcomes, sent))  # fmt: skip
+    assert answers == {"a": "A", "b": "B"}
+    assert sent == [["a", "b", "c"], ["b"], ["b"]]
+    assert cluster.renewed == 1  # after the transport failure, not after NOT_COORDINATOR
+    assert str(errors["c"]) == "cluster (h:9092): describe c failed: not allowed"
+
+
+def test_leaders_not_found_is_retried_on_a_fresh_client():
+    cluster, sent = FakeCluster(), []
+    lost = error(KafkaError._NOENT, "Failed to query partition leaders: No leaders found")
+    outcomes = {"t[0]": [lost, 5]}
+    answers, errors = retry_each(cluster, str, ["t[0]"], scripted(outcomes, sent))
+    assert (answers, errors, cluster.renewed) == ({"t[0]": 5}, {}, 1)
+
+
+def test_a_recheck_settles_keys_before_they_are_sent_again():
+    cluster, sent, asked = FakeCluster(), [], []
+    timeout = error(KafkaError._TIMED_OUT)
+    outcomes = {"landed": [timeout], "gone": [timeout], "again": [timeout, "ok"]}
+
+    def recheck(failures):  # noqa: ANN001, ANN202
+        asked.append(sorted(failures))
+        return {"landed": None}, {"gone": ClusterError("gone: a consumer joined")}
+
+    answers, errors = retry_each(cluster, str, list(outcomes), scripted(outcomes, sent),
+                                 recheck=recheck)  # fmt: skip
+    assert asked == [["again", "gone", "landed"]]
+    assert sent == [["landed", "gone", "again"], ["again"]]
+    assert answers == {"landed": None, "again": "ok"}
+    assert str(errors["gone"]) == "gone: a consumer joined"
+
+
+def test_the_budget_holds_and_gave_up_names_the_error():
+    cluster, sent = FakeCluster(retry_s=1.0), []
+    outcomes = {"g": [error(KafkaError._TRANSPORT)] * 50}
+    started = time.monotonic()
+    answers, errors = retry_each(
+        cluster, lambda g: f"commit offsets of group {g}", ["g"], scripted(outcomes, sent),
+        gave_up=lambda g, reason: CommitUnknownError(f"commit of group {g} unconfirmed: {reason}"),
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert answers == {} and isinstance(errors["g"], CommitUnknownError)
+    assert str(errors["g"]) == "commit of group g unconfirmed: boom"
+    assert 2 <= len(sent) <= 4 and took < cluster.retry_s + 0.5, (len(sent), took)
+
+    outcomes = {"g": [error(KafkaError._TRANSPORT)] * 50}
+    _, errors = retry_each(cluster, lambda g: f"describe {g}", ["g"], scripted(outcomes, []))
+    assert str(errors["g"]) == "cluster (h:9092): describe g failed (retried for 1s): boom"
+
+
+def test_an_answer_that_never_comes_is_a_timeout_within_the_budget():
+    cluster = FakeCluster(attempt_s=0.2, retry_s=1.0)
+    never: concurrent.futures.Future = concurrent.futures.Future()
+    started = time.monotonic()
+    _, errors = retry_each(cluster, str, ["k"], lambda _a, keys: {k: never for k in keys})
+    took = time.monotonic() - started
+    assert "no answer in time" in str(errors["k"]) and cluster.renewed >= 1
+    assert took < cluster.retry_s + 0.7, took
+
+
+def test_stop_on_fatal_gives_up_on_every_key():
+    cluster, sent = FakeCluster(), []
+    outcomes = {"a": [error(KafkaError._TRANSPORT)], "b": [error(KafkaError.INVALID_REQUEST)]}
+    answers, errors = retry_each(cluster, str, ["a", "b"], scripted(outcomes, sent),
+                                 stop_on_fatal=True)  # fmt: skip
+    assert answers == {} and set(errors) == {"a", "b"} and len(sent) == 1
