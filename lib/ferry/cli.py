@@ -1,5 +1,6 @@
 """What every job shares at the edges: argument parsing, one-line errors and exit codes,
-output as table/json/csv, and progress on stderr.
+output as table/json/csv, progress on stderr, and `--print-config` (the config as the job
+resolves it, printed before anything connects).
 
 Exit codes: 0 the run did all it was asked; 1 it did not (a group refused, a partition not
 resolved, a cluster failing mid-run); 2 usage or config errors; `migrate` also 75 (run again
