@@ -137,6 +137,7 @@ def test_overview_notebook_runs_top_to_bottom_with_plots(tables, monkeypatch, tm
 
 @pytest.fixture(scope="module")
 def loaded(spark, tables):
+    matplotlib.use("Agg")
     paths = overview.paths_from_config(load_config(tables["config"]))
     return overview.load_tables(spark, paths)
 
@@ -148,7 +149,6 @@ def test_each_run_is_charted_by_its_groups_final_outcome(loaded, tables):
     # the rerun that found the group migrated is a success, not "0 of 1 committed"
     assert outcomes == [(False, "READY"), (True, "COMMITTED"), (True, "ALREADY_MIGRATED")]
 
-    matplotlib.use("Agg")
     fig = overview.plot_migrations(overview.migration_outcomes(loaded, 5))
     assert overlapping_texts(fig) == []
     ax = fig.axes[0]
@@ -168,4 +168,18 @@ def test_audit_panel_counts_the_translation_behind(loaded, tables):
         0,
     )
     fig = overview.plot_audit(overview.audit_over_time(loaded, 10))
-    assert overlapping_texts(fig) == []
+    [line] = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == tables["group"]]
+    assert list(line.get_ydata()) == [BEHIND]
+
+
+def test_no_panel_prints_text_over_other_text(loaded):
+    figures = {
+        "lag": overview.plot_lag(overview.lag_over_time(loaded, 10)),
+        "health": overview.plot_status_timeline(overview.status_timeline(loaded)),
+        "migrations": overview.plot_migrations(overview.migration_outcomes(loaded, 5)),
+        "commits": overview.plot_commit_rate(overview.commit_rate(loaded, 60), 10),
+        "audit": overview.plot_audit(overview.audit_over_time(loaded, 10)),
+    }
+    assert {name: overlapping_texts(fig) for name, fig in figures.items()} == dict.fromkeys(
+        figures, []
+    )

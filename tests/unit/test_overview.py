@@ -204,16 +204,23 @@ def test_latest_audit_and_top_groups(spark):
 
 
 def overlapping_texts(fig) -> list[tuple[str, str]]:
-    """Pairs of visible texts of a drawn figure whose boxes intersect."""
+    """Pairs of texts drawn on a figure whose boxes intersect. Tick labels count where their
+    tick lies within the axis' view (matplotlib keeps, but does not draw, those beyond it)."""
     from matplotlib.text import Text
 
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    boxes = [
-        (t.get_text(), t.get_window_extent(renderer))
-        for t in fig.findobj(Text)
-        if t.get_visible() and t.get_text().strip()
-    ]
+    ticks, drawn = set(), []
+    for ax in fig.axes:
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            lo, hi = sorted(limits)
+            slack = (hi - lo) * 1e-9
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                ticks.update({id(tick.label1), id(tick.label2)})
+                if lo - slack <= tick.get_loc() <= hi + slack:
+                    drawn += [t for t in (tick.label1, tick.label2) if t.get_visible()]
+    drawn += [t for t in fig.findobj(Text) if id(t) not in ticks and t.get_visible()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in drawn if t.get_text().strip()]
     return [
         (a, b)
         for i, (a, box_a) in enumerate(boxes)
