@@ -63,14 +63,21 @@ from ferry.migrate import placement
 from ferry.migrate.discover import Discovery
 from ferry.migrate.extract import read_records, union_records
 from ferry.migrate.ranges import RangeBook
-from ferry.migrate.search import SMALL_PARTITION, anchor_positions
+from ferry.migrate.search import anchor_positions
 from ferry.session import local_df
 
-FIRST_RADIUS = 64  # records read either side of the frontier at the first step
+FIRST_RADIUS = 64  # at most, records read either side of the frontier at the first step
+# ... at least this many per source partition: a side has read enough once it holds a copy
+# of every source partition, and a replicator interleaves them
+RADIUS_PER_SOURCE = 4
 GROWTH = 4  # an open side of a slice grows this many times per step
 MAX_STEPS = 16
-MERGE_RECORDS = 1024  # frontiers closer than this share a slice (fewer timestamp lookups)
+MERGE_RECORDS = 256  # frontiers closer than this share a slice: reading them costs less than
+# looking them up
 BAND_EDGE = 2  # records read before the band's start when a side reaches it (as full reads)
+# A partition no larger than a first slice is read whole without a lookup. (Larger ones are
+# not: the source is read for every millisecond a destination slice holds.)
+SMALL_PARTITION = 2 * FIRST_RADIUS
 
 SLICES_SCHEMA = StructType(
     [
@@ -176,6 +183,7 @@ class Reconciled:
     destination_offsets: int
     frontiers: int
     steps: int
+    by_topic: dict[str, tuple[int, int]]  # source topic -> (source, destination) offsets read
 
 
 def join_frontiers(
@@ -311,7 +319,21 @@ def reconcile_frontiers(
         }
         for r in placed_rows
     }
-    return Reconciled(placed, missing, read["source"], read["destination"], len(frontiers), step)
+    by_topic = {
+        topic: (_offsets_read(src_book, topic), _offsets_read(dst_book, dst_topic))
+        for topic, dst_topic in mapping.items()
+    }
+    return Reconciled(
+        placed, missing, read["source"], read["destination"], len(frontiers), step, by_topic
+    )
+
+
+def _offsets_read(book: RangeBook, topic: str) -> int:
+    return sum(e - s for (t, _), ivs in book.read.items() if t == topic for s, e in ivs)
+
+
+def first_radius(source_partitions: int) -> int:
+    return min(FIRST_RADIUS, max(16, RADIUS_PER_SOURCE * source_partitions))
 
 
 def _look_up(
@@ -350,7 +372,8 @@ def _destination_slices(dst: Cluster, frontiers: list[Frontier], disc: Discovery
                 lo_pos, hi_pos = at[(f.dst_topic, q, lo)], at[(f.dst_topic, q, hi + 1)]
                 s = Slice(lo_pos, hi_pos, start, end, BAND_EDGE, 1, lo_pos - BAND_EDGE, hi_pos + 1)
             else:
-                s = Slice(at[(f.dst_topic, q, lo)], at[(f.dst_topic, q, hi + 1)], start, end)
+                r = first_radius(disc.reconcile_topics[f.topic][0])
+                s = Slice(at[(f.dst_topic, q, lo)], at[(f.dst_topic, q, hi + 1)], start, end, r, r)
             s.close_at_limits()
             f.slices[q] = s
 

@@ -73,13 +73,19 @@ def plan_reconciled(
     if groups:
         found = reconcile_frontiers(spark, src, dst, groups, disc, cfg, edges_df, progress)
         placed, missing = found.placed, found.missing
-        n_src = found.source_offsets + n_edges
+        n_src = found.source_offsets + sum(n_edges.values())
         per_group = (n_src + found.destination_offsets) / len(groups)
         progress(
             f"reconcile: read {n_src} source offsets and {found.destination_offsets} destination "
             f"offsets for {len(groups)} group topics ({per_group:.0f} per group topic) in "
             f"{found.steps} steps, {found.frontiers} frontiers"
         )
+        for topic, (n_topic_src, n_topic_dst) in sorted(found.by_topic.items()):
+            n_groups = sum(g.topic == topic for g in groups)
+            progress(
+                f"reconcile: topic {topic}: read {n_topic_src + n_edges.get(topic, 0)} source "
+                f"and {n_topic_dst} destination offsets for {n_groups} groups"
+            )
     planned = {(g.group, g.topic) for g in groups}
     rows = []
     topics = {(g, t) for g, t, *_ in positions} | set(problems)
@@ -143,8 +149,13 @@ def _frontiers(spark, src, disc, cfg, positions, positions_df, progress):  # noq
         start = disc.source_bounds[(topic, p)][0]
         needs[(topic, p)].append((max(start, c - EDGE), min(end, c + EDGE)))
     ranges = RangeBook().new_ranges(needs)
-    n = sum(r.end - r.start for r in ranges)
-    progress(f"reconcile: source: reading {n} offsets around {len(positions)} committed offsets")
+    n: dict[str, int] = defaultdict(int)
+    for r in ranges:
+        n[r.topic] += r.end - r.start
+    progress(
+        f"reconcile: source: reading {sum(n.values())} offsets around {len(positions)} "
+        "committed offsets"
+    )
     edges_df = read_records(spark, src, ranges, cfg) if ranges else union_records(spark, [])
     frontier = placement.with_frontier(positions_df, edges_df).collect()
     per_partition: dict[tuple[str, str], dict[int, object]] = defaultdict(dict)
