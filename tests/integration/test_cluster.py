@@ -213,3 +213,50 @@ def test_migrate_runs_on_a_standalone_cluster(standalone, clusters, unique, tmp_
     executors = list((standalone.work_dir / app["id"]).iterdir())
     assert executors, f"the worker launched no executor for {app['id']}"
     assert all((e / "environment" / "bin" / "python").is_file() for e in executors)
+
+
+def test_reconcile_runs_on_a_standalone_cluster(standalone, clusters, unique, tmp_path):
+    """A topic re-partitioned 2 → 3, read narrowly and placed by the executors (the placement
+    pass runs in their Python with the shipped environment)."""
+    from ferry.testing.replicate import end_offsets, read_all, replicate
+
+    from .jobrunner import write_migrate_config
+    from .test_reconcile import drained, expected_plan, offsets_at
+
+    src, dst = clusters
+    topic = f"{unique}-t"
+    create_topics(src.config, {topic: 2})
+    create_topics(dst.config, {topic: 3})
+    for p in (0, 1):
+        records = [
+            Record(f"k{(i * 7 + p) % 23}".encode(), f"{p}-{i}".encode(), 1_760_000_000_000 + i // 2)
+            for i in range(400)
+        ]
+        produce(src.config, topic, p, records)
+    source = read_all(src.config, topic)
+    mapping = replicate(src.config, topic, dst.config, topic, 3, order="time")
+    ends = end_offsets(dst.config, topic)
+    groups = {
+        f"{unique}-at": offsets_at(source, 1_760_000_000_000 + 100),
+        f"{unique}-drained": drained(source),
+    }
+    for group, offsets in groups.items():
+        commit_offsets(src.config, group, {(topic, p): o for p, o in offsets.items()})
+    config = write_migrate_config(tmp_path, src, dst, unique, matching={"hash": ["key", "value"]})
+    env = {**os.environ, "SPARK_LOCAL_IP": LOOPBACK, "FERRY_LOG_DIR": str(tmp_path / "log")}
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "FERRY_MASTER"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [str(ROOT / "spark-submit.sh"), "--master", standalone.master_url,
+         "--conf", "spark.executor.memory=1g", "migrate", "--config", config,
+         "--execute", "-o", "json"],
+        capture_output=True, text=True, env=env, timeout=900, check=False,
+    )  # fmt: skip
+    logs = "\n".join(p.read_text(errors="replace")[-4000:] for p in (tmp_path / "log").glob("*"))
+    assert result.returncode == 0, f"{result.stderr}\n--- Spark log\n{logs}"
+    plan = json.loads(result.stdout)
+    assert {(r["status"], r["group_status"]) for r in plan} == {("RECONCILED", "COMMITTED")}
+    got = kafka.committed_offsets(kafka.Cluster("d", dst.config), list(groups))
+    for group, offsets in groups.items():
+        want = {(topic, q): d for q, (d, _) in expected_plan(mapping, offsets, ends).items()}
+        assert got[group] == want, group
