@@ -56,6 +56,7 @@ bench: install
 	$(PY) bench/lag_bench.py
 	$(PY) bench/groups_bench.py
 	$(PY) bench/reconcile_bench.py --records 4000
+	$(PY) bench/audit_bench.py
 
 lint: install
 	$(VENV)/bin/ruff check .
