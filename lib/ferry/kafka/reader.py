@@ -106,7 +106,8 @@ class RangeReader:
                 pass
 
     def _note(self, err: object) -> None:
-        self.errors = [*self.errors[-4:], str(err)]
+        text = err.str() if hasattr(err, "str") else str(err)  # a KafkaError's own words
+        self.errors = [*self.errors[-4:], text]
 
     def _assign(self, cursors: dict[tuple[str, int], _Cursor]) -> None:
         from confluent_kafka import TopicPartition

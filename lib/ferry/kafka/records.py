@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from ferry.kafka.cluster import Cluster
@@ -37,14 +38,18 @@ def read(
     hash_fields: Sequence[str] = (),
     ignore_headers: Sequence[str] = (),
     to_next_record: bool = False,
+    keep: bool = False,
 ) -> DataFrame:
     """The records of `ranges` (end exclusive; gaps simply absent) as a DataFrame of `columns`
     (default: Spark's Kafka source's), plus `sha256` when `hash_fields` are given.
 
     `to_next_record`: each range also yields the first record at or after its last offset
     (`ferry.kafka.reader`); a record that ends one range and opens the next then appears
-    once per range. `spark` may be a callable giving the session (e.g. one starting in the
-    background): a driver read asks for it only once Kafka has been read."""
+    once per range. `keep`: read now, once, however often the DataFrame is used — a Spark
+    read is persisted and run at once (one job); a driver read is in memory already (a local
+    relation), so it costs nothing more. `spark` may be a callable giving the session (e.g.
+    one starting in the background): a driver read asks for it only once Kafka has been read.
+    """
     schema = output_schema(columns, bool(hash_fields))
     if cluster.reads_on_driver(total_offsets(ranges)):
         table = read_table(
@@ -58,7 +63,7 @@ def read(
         session = spark() if callable(spark) else spark
         return session.createDataFrame(table, schema)
     session = spark() if callable(spark) else spark
-    return read_with_spark(
+    df = read_with_spark(
         session,
         cluster,
         ranges,
@@ -67,6 +72,10 @@ def read(
         ignore_headers=ignore_headers,
         to_next_record=to_next_record,
     )
+    if keep:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        df.count()
+    return df
 
 
 def read_table(

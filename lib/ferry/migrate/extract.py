@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
@@ -54,16 +53,17 @@ DST_BOUNDS_SCHEMA = StructType(
 def read_records(
     spark: SparkSession, cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig
 ) -> DataFrame:
-    """Read ranges once and keep them: every later stage reuses these rows. Small reads run on
-    the driver, large ones through Spark (`ferry.kafka.read`); the cluster carries the
-    reader settings."""
-    df = kafka.read(
+    """Read ranges now, once: every later stage reuses these rows. Small reads run on the
+    driver, large ones through Spark (`ferry.kafka.read`); the cluster carries the reader
+    settings."""
+    return kafka.read(
         spark,
         cluster,
         ranges,
         columns=["topic", "partition", "offset", "timestamp"],
         hash_fields=cfg.matching.hash,
         ignore_headers=cfg.matching.ignore_headers,
+        keep=True,
     ).select(
         "topic",
         "partition",
@@ -71,7 +71,6 @@ def read_records(
         F.unix_millis("timestamp").alias("timestamp_ms"),
         "sha256",
     )
-    return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def with_segments(records_df: DataFrame, segments_df: DataFrame) -> DataFrame:
@@ -115,7 +114,6 @@ def extract_source_records(
         if ranges:
             n = sum(r.end - r.start for r in ranges)
             progress(f"source: reading {len(ranges)} ranges ({n} offsets), round {round_no + 1}")
-            # Cached; the coverage check below (or the first use after) materializes it.
             parts.append(read_records(spark, src, ranges, cfg))
         all_df = union_records(spark, parts)
         short = _short_of_context(spark, all_df, pending, disc.source_bounds, k, lookback)

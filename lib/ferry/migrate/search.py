@@ -5,8 +5,9 @@ The window (`window_before_ms`/`window_after_ms`) is a bound, not the amount to 
 distinct anchor position (destination partition × anchor timestamp) gets a slice: from
 k + 1 records before P, the first offset whose timestamp is at or after the anchor's (the
 broker's lookup verified by reading), to k + 1 + r records after it. All slices are read
-in one Spark job per step; a slice that is not yet decided grows its open sides fourfold and
-is read again (only the new offsets), until it is decided or covers the window on both sides.
+in one read per step (`ferry.kafka.read`: on the driver when small, else one Spark job); a
+slice that is not yet decided grows its open sides fourfold and is read again (only the new
+offsets), until it is decided or covers the window on both sides.
 
 A slice is **decided** early when, for every anchor at that position, the best candidate
 in the slice
@@ -242,7 +243,7 @@ def search_destination(
 ) -> SearchResult:
     """Read outward from every anchor position until each is decided or its window is read.
 
-    `read(ranges)` reads offset ranges of the destination into a cached DataFrame."""
+    `read(ranges)` reads offset ranges of the destination now and keeps them (a DataFrame)."""
     k = cfg.matching.context
     before_ms, after_ms = cfg.matching.window_before_ms, cfg.matching.window_after_ms
     positions = [
@@ -275,9 +276,7 @@ def search_destination(
             f"reading {len(ranges)} ranges ({n} offsets)"
         )
         if ranges:
-            part = read(ranges)
-            part.count()  # one Spark job per step reads every open slice's new offsets
-            parts.append(part)
+            parts.append(read(ranges))  # every open slice's new offsets, read at once
             offsets_read += n
         for s in slices.values():
             s.close_at_log_bounds(k)
