@@ -13,6 +13,7 @@ reading (the default narrow search is `ferry.migrate.search`)."""
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -27,18 +28,10 @@ from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
-from ferry.session import local_df
 
 RECORD_COLUMNS = ["topic", "partition", "segment", "offset", "timestamp_ms", "sha256"]
 MAX_LOOKBACK_ROUNDS = 8
 
-WANTED_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("c", LongType(), False),
-    ]
-)
 DST_BOUNDS_SCHEMA = StructType(
     [
         StructField("dst_topic", StringType(), False),
@@ -109,14 +102,19 @@ def extract_source_records(
     pending = {((r["src_topic"], r["src_partition"]), r["committed_offset"]) for r in rows}
     lookback = 2 * (k + 1)
     parts: list[DataFrame] = []
+    read: dict[TopicPartitionKey, list[int]] = defaultdict(list)  # offsets of records read
     for round_no in range(MAX_LOOKBACK_ROUNDS):
         ranges = book.new_ranges(source_needs(pending, disc.source_bounds, k, lookback))
         if ranges:
             n = sum(r.end - r.start for r in ranges)
             progress(f"source: reading {len(ranges)} ranges ({n} offsets), round {round_no + 1}")
             parts.append(read_records(spark, src, ranges, cfg))
-        all_df = union_records(spark, parts)
-        short = _short_of_context(spark, all_df, pending, disc.source_bounds, k, lookback)
+            # Offsets only, to the driver: from a driver read (a local relation) this runs no
+            # Spark job at all, where counting them against the committed offsets in Spark
+            # was the small run's first job.
+            for r in parts[-1].select("topic", "partition", "offset").collect():
+                read[(r.topic, r.partition)].append(r.offset)
+        short = short_of_context(read, pending, disc.source_bounds, k, lookback)
         if not short:
             break
         pending = short
@@ -134,32 +132,24 @@ def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
     return out
 
 
-def _short_of_context(
-    spark: SparkSession,
-    records_df: DataFrame,
+def short_of_context(
+    read: Mapping[TopicPartitionKey, Sequence[int]],
     pending: set[tuple[TopicPartitionKey, int]],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
     k: int,
     lookback: int,
 ) -> set[tuple[TopicPartitionKey, int]]:
-    """Committed offsets with fewer than k+1 records read before them whose read window has
-    not yet reached the log start."""
-    candidates = [
-        (t, p, c)
-        for (t, p), c in pending
-        if max(bounds[(t, p)][0], c - lookback) > bounds[(t, p)][0]
-    ]
-    if not candidates:
-        return set()
-    wanted_df = local_df(spark, candidates, WANTED_SCHEMA)
-    counts = (
-        wanted_df.join(records_df, ["topic", "partition"], "left")
-        .groupBy("topic", "partition", "c")
-        .agg(F.count(F.when(F.col("offset") < F.col("c"), 1)).alias("n"))
-        .filter(F.col("n") < k + 1)
-        .collect()
-    )
-    return {((r.topic, r.partition), r.c) for r in counts}
+    """Committed offsets with fewer than k+1 records read before them (`read`: the offsets of
+    the records read, per partition) whose read window has not yet reached the log start."""
+    ordered = {tp: sorted(offsets) for tp, offsets in read.items()}
+    short = set()
+    for tp, c in pending:
+        log_start = bounds[tp][0]
+        if max(log_start, c - lookback) <= log_start:
+            continue  # nothing before the window to read
+        if bisect.bisect_left(ordered.get(tp, []), c) < k + 1:
+            short.add((tp, c))
+    return short
 
 
 def destination_windows(
