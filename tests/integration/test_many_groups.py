@@ -130,7 +130,7 @@ def test_a_batch_refuses_its_active_group_and_writes_the_rest(clusters, spark, t
     statuses = {g: o.status for g, o in outcomes.items()}
     assert statuses.pop(active) == "REFUSED", outcomes[active]
     assert set(statuses.values()) == {"COMMITTED"}
-    assert "is STABLE, not Empty; refused" in (outcomes[active].message or "")
+    assert "is Stable, not Empty or Dead; refused" in (outcomes[active].message or "")
     for g in statuses:
         assert committed(dst, g) == targets[g]
     assert committed(dst, active) == {(topic, 0): 2}
