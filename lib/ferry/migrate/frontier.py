@@ -6,11 +6,11 @@ millisecond or so for a group that stopped at one instant). Its band is that plu
 matching windows, [lo − window_before_ms, hi + window_after_ms]; `matching.search: full` reads
 the band whole on every partition of both sides. The narrow read (the default) finds where lo
 and hi land on every destination partition (timestamp lookups verified by reading), reads
-that and 64 records either side, then the source for the same milliseconds, and widens a side
-of a partition's slice fourfold per step only while it has not read enough — never past the
-band. Groups whose frontiers lie within ~1,000 records of each other share one slice; every
-slice of every topic is read in one Spark job per side and step, and every group is placed in
-one pass (`ferry.migrate.placement`).
+that and 4 records per source partition either side (16 to 64), then the source for the same
+milliseconds, and widens a side of a partition's slice fourfold per step only while it has not
+read enough — never past the band. Groups whose frontiers lie within ~256 records of each
+other share one slice; every slice of every topic is read in one Spark job per side and step,
+and every group is placed in one pass (`ferry.migrate.placement`).
 
 **Enough has been read** on destination partition q for a group when, on each side, for every
 source partition p one of these holds:
