@@ -55,7 +55,7 @@ bench: install
 	$(PY) bench/migrate_bench.py
 	$(PY) bench/lag_bench.py
 	$(PY) bench/groups_bench.py
-	$(PY) bench/reconcile_bench.py --records 4000
+	$(PY) bench/reconcile_bench.py --records 20000 --scenario traffic groups wide
 	$(PY) bench/audit_bench.py
 
 lint: install

@@ -126,13 +126,15 @@ def expected_reconcile(
 
 def write_config(path: Path, src, dst, fetch_wait_ms: int) -> Path:  # noqa: ANN001
     # The local broker builds a fetch answer in time proportional to the partition: at
-    # 100,000+ single-record batches it needs more than the reader's 50 ms fetch wait.
+    # 100,000+ single-record batches it needs more than the reader's 50 ms fetch wait, and a
+    # round of timestamp lookups on every partition can outlast the admin defaults (60 s).
     wait = f"  fetch.wait.max.ms: {fetch_wait_ms}\n" if fetch_wait_ms else ""
     path.write_text(
         f"source:\n  bootstrap.servers: {src.bootstrap}\n{wait}"
         f"destination:\n  bootstrap.servers: {dst.bootstrap}\n{wait}"
         f"matching:\n  hash: [key, value]\n"
         f"reader:\n  timeout_ms: 120000\n"
+        f"admin:\n  timeout_ms: 120000\n  retry_ms: 600000\n"
         f"ledger:\n  path: {path.parent / 'ledger'}\n"
     )
     return path
