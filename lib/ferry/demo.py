@@ -233,15 +233,9 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
               path: {paths["ledger"]}
             audit:
               path: {paths["audit"]}
-            history:
-              path: {paths["lag_history"]}
-              status_path: {paths["lag_status"]}
-            offsets:
-              commits_path: {paths["offset_commits"]}
-              groups_path: {paths["group_metadata"]}
-              quarantine_path: {paths["offsets_quarantine"]}
             """
         )
+        + lag_tables_yaml(paths)
     )
     print(
         f"\ndemo: {demo.steps} jobs in {time.monotonic() - demo.started:.0f} s; "
@@ -253,6 +247,22 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
 def offset_commits(group: str, offsets: Offsets) -> list[OffsetCommit]:
     now = int(time.time() * 1000)
     return [OffsetCommit(group, t, p, o, now) for (t, p), o in sorted(offsets.items())]
+
+
+def lag_tables_yaml(paths: Mapping[str, Path]) -> str:
+    """The history and offsets sections: where lag-snapshot, lag-status and decode-offsets
+    write, which the overview reads."""
+    return textwrap.dedent(
+        f"""\
+        history:
+          path: {paths["lag_history"]}
+          status_path: {paths["lag_status"]}
+        offsets:
+          commits_path: {paths["offset_commits"]}
+          groups_path: {paths["group_metadata"]}
+          quarantine_path: {paths["offsets_quarantine"]}
+        """
+    )
 
 
 def write_configs(
@@ -293,15 +303,9 @@ def write_configs(
               include: [{", ".join(GROUPS)}]
             reader:
               isolation_level: read_uncommitted
-            history:
-              path: {paths["lag_history"]}
-              status_path: {paths["lag_status"]}
-            offsets:
-              commits_path: {paths["offset_commits"]}
-              groups_path: {paths["group_metadata"]}
-              quarantine_path: {paths["offsets_quarantine"]}
             """
         )
+        + lag_tables_yaml(paths)
     )
     return migrate_yaml, lag_yaml
 
