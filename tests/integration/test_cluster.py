@@ -165,6 +165,24 @@ def standalone(tmp_path_factory) -> Iterator[Standalone]:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
+def migrate_on_cluster(standalone: Standalone, config: str, tmp_path: Path) -> list[dict]:
+    """`spark-submit.sh --master spark://… migrate --execute` as a user runs it (the job's
+    Python comes from the shipped environment, not this one); asserts exit 0 (with the Spark
+    logs on failure) and returns the printed plan."""
+    env = {**os.environ, "SPARK_LOCAL_IP": LOOPBACK, "FERRY_LOG_DIR": str(tmp_path / "log")}
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "FERRY_MASTER"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [str(ROOT / "spark-submit.sh"), "--master", standalone.master_url,
+         "--conf", "spark.executor.memory=1g", "migrate", "--config", str(config),
+         "--execute", "-o", "json"],
+        capture_output=True, text=True, env=env, timeout=900, check=False,
+    )  # fmt: skip
+    logs = "\n".join(p.read_text(errors="replace")[-4000:] for p in (tmp_path / "log").glob("*"))
+    assert result.returncode == 0, f"{result.stderr}\n--- Spark log\n{logs}"
+    return json.loads(result.stdout)
+
+
 def test_migrate_runs_on_a_standalone_cluster(standalone, clusters, unique, tmp_path):
     src, dst = clusters
     topic, group = f"{unique}-t", f"{unique}-g"
@@ -178,21 +196,7 @@ def test_migrate_runs_on_a_standalone_cluster(standalone, clusters, unique, tmp_
         produce(src.config, topic, partition, records)
         produce(dst.config, topic, partition, records[5:])  # replicated from offset 5
     commit_offsets(src.config, group, {(topic, 0): 30, (topic, 1): 12})
-    config = write_config(tmp_path, src, dst, unique)
-    env = {
-        **os.environ, "SPARK_LOCAL_IP": LOOPBACK, "FERRY_LOG_DIR": str(tmp_path / "log"),
-    }  # fmt: skip
-    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "FERRY_MASTER"):
-        env.pop(name, None)
-    result = subprocess.run(
-        [str(ROOT / "spark-submit.sh"), "--master", standalone.master_url,
-         "--conf", "spark.executor.memory=1g", "migrate", "--config", config,
-         "--execute", "-o", "json"],
-        capture_output=True, text=True, env=env, timeout=900, check=False,
-    )  # fmt: skip
-    logs = "\n".join(p.read_text(errors="replace")[-4000:] for p in (tmp_path / "log").glob("*"))
-    assert result.returncode == 0, f"{result.stderr}\n--- Spark log\n{logs}"
-    plan = json.loads(result.stdout)
+    plan = migrate_on_cluster(standalone, write_config(tmp_path, src, dst, unique), tmp_path)
     assert {(r["src_partition"], r["destination_offset"], r["status"]) for r in plan} == {
         (0, 25, "MATCHED"),
         (1, 7, "MATCHED"),
@@ -243,18 +247,7 @@ def test_reconcile_runs_on_a_standalone_cluster(standalone, clusters, unique, tm
     for group, offsets in groups.items():
         commit_offsets(src.config, group, {(topic, p): o for p, o in offsets.items()})
     config = write_migrate_config(tmp_path, src, dst, unique, matching={"hash": ["key", "value"]})
-    env = {**os.environ, "SPARK_LOCAL_IP": LOOPBACK, "FERRY_LOG_DIR": str(tmp_path / "log")}
-    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "FERRY_MASTER"):
-        env.pop(name, None)
-    result = subprocess.run(
-        [str(ROOT / "spark-submit.sh"), "--master", standalone.master_url,
-         "--conf", "spark.executor.memory=1g", "migrate", "--config", config,
-         "--execute", "-o", "json"],
-        capture_output=True, text=True, env=env, timeout=900, check=False,
-    )  # fmt: skip
-    logs = "\n".join(p.read_text(errors="replace")[-4000:] for p in (tmp_path / "log").glob("*"))
-    assert result.returncode == 0, f"{result.stderr}\n--- Spark log\n{logs}"
-    plan = json.loads(result.stdout)
+    plan = migrate_on_cluster(standalone, config, tmp_path)
     assert {(r["status"], r["group_status"]) for r in plan} == {("RECONCILED", "COMMITTED")}
     got = kafka.committed_offsets(kafka.Cluster("d", dst.config), list(groups))
     for group, offsets in groups.items():
