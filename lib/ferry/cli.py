@@ -271,7 +271,12 @@ class Progress:
             print(f"[{time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
+_SCALARS = frozenset({int, str, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, bytes | bytearray):
         return value.hex()
     if isinstance(value, datetime | date):
@@ -287,7 +292,7 @@ def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) 
     """Rows as an aligned table, a JSON array, or CSV with a header."""
     data = [{c: _plain(r.get(c)) for c in columns} for r in rows]
     if fmt == "json":
-        return json.dumps(data, indent=2, default=str) + "\n"
+        return _json_rows(data)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
@@ -301,6 +306,14 @@ def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) 
         "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
     ]
     return "\n".join(lines) + "\n"
+
+
+def _json_rows(data: list[dict[str, Any]]) -> str:
+    """A JSON array with one object per line. Each row goes through the C encoder (the
+    pure-Python one behind `indent=` took 2 s for 24,000 rows); the parsed value is the same."""
+    if not data:
+        return "[]\n"
+    return "[\n  " + ",\n  ".join(json.dumps(row, default=str) for row in data) + "\n]\n"
 
 
 def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> None:
