@@ -194,9 +194,11 @@ def with_lag(
     joined = joined.join(next_records_df, ["topic", "partition", "position"], "left")
     is_caught_up = F.col("position") >= F.col("log_end_offset")
     time_lag = (
-        F.when(F.col("committed_offset").isNull(), F.lit(None).cast("long"))
-        .when(is_caught_up | F.col("next_timestamp_ms").isNull(), F.lit(0).cast("long"))
-        .otherwise(F.greatest(F.lit(0).cast("long"), F.lit(now_ms) - F.col("next_timestamp_ms")))
+        F.when(F.col("committed_offset").isNull(), F.lit(None).cast(LongType()))
+        .when(is_caught_up | F.col("next_timestamp_ms").isNull(), F.lit(0).cast(LongType()))
+        .otherwise(
+            F.greatest(F.lit(0).cast(LongType()), F.lit(now_ms) - F.col("next_timestamp_ms"))
+        )
     )
     return joined.select(
         "group",

@@ -43,6 +43,11 @@ from ferry.kafka.reader import OffsetRange
 from ferry.session import local_df
 
 DEFAULT_MAX_GAP = 1_000
+# A record's offset and timestamp, as the position rows carry it (a type object: a type
+# string would start Spark's SQL parser, half a second on a cold JVM).
+RECORD_TYPE = StructType(
+    [StructField("offset", LongType(), True), StructField("ts", LongType(), True)]
+)
 
 POSITIONS_SCHEMA = StructType(
     [
@@ -95,14 +100,14 @@ def with_next_records(positions_df: DataFrame, records_df: DataFrame) -> DataFra
         F.col("position").alias("_at"),
         F.lit(False).alias("_is_record"),
         "position",
-        F.lit(None).cast("struct<offset:bigint,ts:bigint>").alias("_record"),
+        F.lit(None).cast(RECORD_TYPE).alias("_record"),
     ).unionByName(
         records_df.select(
             "topic",
             "partition",
             F.col("offset").alias("_at"),
             F.lit(True).alias("_is_record"),
-            F.lit(None).cast("bigint").alias("position"),
+            F.lit(None).cast(LongType()).alias("position"),
             F.struct(F.col("offset"), F.col("timestamp_ms").alias("ts")).alias("_record"),
         )
     )

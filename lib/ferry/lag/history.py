@@ -161,7 +161,7 @@ def with_snapshot_columns(describe_df: DataFrame, snapshot_ms: int, cluster: str
     local test broker) leave only the group state to go by.
     """
     is_assigned = F.col("member_id").isNotNull()
-    has_assignments = F.max(is_assigned.cast("int")).over(Window.partitionBy("group")) == 1
+    has_assignments = F.max(is_assigned.cast(IntegerType())).over(Window.partitionBy("group")) == 1
     is_active = F.coalesce(
         F.col("group_state").isin(*sorted(s.value for s in ACTIVE_STATES)), F.lit(False)
     )
@@ -226,7 +226,7 @@ def with_entry_time(history_df: DataFrame) -> DataFrame:
     offset = F.col("committed_offset")
     is_new_value = ~offset.eqNullSafe(F.lag(offset).over(by_time))
     runs_df = history_df.withColumn("snapshot_ms", F.unix_millis("snapshot_time")).withColumn(
-        "_run", F.sum(is_new_value.cast("long")).over(so_far)
+        "_run", F.sum(is_new_value.cast(LongType())).over(so_far)
     )
     in_run = (
         Window.partitionBy(*_KEY, "_run")
@@ -302,8 +302,8 @@ def evaluate(
         "end_lag",
         "owner",
         "client_id",
-        F.lit(window).cast("int").alias("window"),
-        F.lit(allowed_lag).cast("long").alias("allowed_lag"),
+        F.lit(window).cast(IntegerType()).alias("window"),
+        F.lit(allowed_lag).cast(LongType()).alias("allowed_lag"),
         "group_status",
         "group_complete",
         "group_totallag",

@@ -135,7 +135,7 @@ def with_record_counts(spans_df: DataFrame, records_df: DataFrame) -> DataFrame:
             "partition",
             "lo",
             "hi",
-            (F.col("_hi_before") - F.col("_lo_before")).cast("long").alias("records"),
+            (F.col("_hi_before") - F.col("_lo_before")).cast(LongType()).alias("records"),
         )
     )
 

@@ -19,7 +19,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from ferry import kafka
 from ferry.config import FerryConfig
@@ -39,6 +46,18 @@ DST_BOUNDS_SCHEMA = StructType(
         StructField("dst_log_start_offset", LongType(), False),
         StructField("dst_log_end_offset", LongType(), False),
         StructField("dst_last_timestamp_ms", LongType(), True),
+    ]
+)
+
+
+# What `read_records` returns (and `union_records` of nothing).
+RECORDS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("timestamp_ms", LongType(), True),
+        StructField("sha256", BinaryType(), True),
     ]
 )
 
@@ -124,8 +143,7 @@ def extract_source_records(
 
 def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
     if not parts:
-        schema = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
-        return spark.createDataFrame([], schema)  # no rows: nothing goes through Python
+        return spark.createDataFrame([], RECORDS_SCHEMA)  # no rows: nothing goes through Python
     out = parts[0]
     for p in parts[1:]:
         out = out.unionByName(p)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType
 
 from ferry.status import PartitionStatus
 
@@ -82,7 +83,7 @@ def plan_row(**values: object) -> dict:
 
 
 def _empty_hashes() -> Column:
-    return F.array().cast("array<binary>")
+    return F.array().cast(ArrayType(BinaryType()))
 
 
 def with_context(records_df: DataFrame, k: int) -> DataFrame:
@@ -179,19 +180,15 @@ def select_anchors(committed_df: DataFrame, src_context_df: DataFrame) -> DataFr
 
 
 def _common_prefix(a: str, b: str) -> Column:
-    """Length of the common prefix of two arrays (0 when either is empty)."""
-    return F.expr(
-        f"""
-        CASE WHEN least(size({a}), size({b})) = 0 THEN 0 ELSE
-          coalesce(
-            nullif(array_position(
-              transform(sequence(1, least(size({a}), size({b}))),
-                        i -> element_at({a}, i) = element_at({b}, i)),
-              false), 0) - 1,
-            least(size({a}), size({b})))
-        END
-        """
+    """Length of the common prefix of two arrays (0 when either is empty). Built from column
+    functions, not SQL text: parsing SQL starts Spark's parser, half a second on a cold JVM."""
+    x, y = F.col(a), F.col(b)
+    n = F.least(F.size(x), F.size(y))
+    is_equal = F.transform(
+        F.sequence(F.lit(1), n), lambda i: F.element_at(x, i) == F.element_at(y, i)
     )
+    first_difference = F.nullif(F.array_position(is_equal, F.lit(False)), F.lit(0))
+    return F.when(n == 0, F.lit(0)).otherwise(F.coalesce(first_difference - 1, n))
 
 
 def with_candidates(
@@ -241,7 +238,7 @@ def resolve(
         candidates_df.withColumn("rank", F.row_number().over(ranked))
         .groupBy(*ANCHOR_KEYS)
         .agg(
-            F.count(F.lit(1)).cast("int").alias("candidate_count"),
+            F.count(F.lit(1)).cast(IntegerType()).alias("candidate_count"),
             F.max(
                 F.when(
                     F.col("rank") == 1,
@@ -292,7 +289,7 @@ def resolve(
         F.coalesce(F.col("candidate_count"), F.lit(0)).alias("candidate_count"),
         top["match_before"].alias("match_before"),
         top["match_after"].alias("match_after"),
-        destination.cast("long").alias("destination_offset"),
+        destination.cast(LongType()).alias("destination_offset"),
         status.alias("status"),
         status.isin(*RESOLVED_STATUSES).alias("is_resolved"),
     )
@@ -305,6 +302,6 @@ def with_group_outcome(plan_df: DataFrame) -> DataFrame:
     return plan_df.select(
         *PLAN_COLUMNS,
         (unresolved == 0).alias("is_group_resolved"),
-        F.count(F.lit(1)).over(group).cast("int").alias("group_partition_count"),
-        unresolved.cast("int").alias("unresolved_count"),
+        F.count(F.lit(1)).over(group).cast(IntegerType()).alias("group_partition_count"),
+        unresolved.cast(IntegerType()).alias("unresolved_count"),
     )

@@ -47,6 +47,7 @@ from pyspark.sql.types import (
     BooleanType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -191,7 +192,8 @@ def with_copies(
     Records of both sides: topic, partition, offset, timestamp_ms, sha256.
     `destination_topics`: source topic → destination topic."""
     pairs = [F.lit(x) for kv in sorted(destination_topics.items()) for x in kv]
-    to_destination = F.create_map(*pairs) if pairs else F.create_map().cast("map<string,string>")
+    no_topics = F.create_map().cast(MapType(StringType(), StringType()))
+    to_destination = F.create_map(*pairs) if pairs else no_topics
     per_identity = (
         src_records_df.select(
             to_destination[F.col("topic")].alias("dst_topic"), "partition", "offset", *IDENTITY
@@ -228,7 +230,7 @@ def with_copies(
         .when(is_copy, F.lit(COPY))
         .otherwise(F.lit(SPECIAL))
     )
-    source = F.element_at("sources", F.col("occurrence").cast("int"))
+    source = F.element_at("sources", F.col("occurrence").cast(IntegerType()))
     is_special = F.col("n").isNotNull() & ~is_copy
     return joined.select(
         "dst_topic",

@@ -185,7 +185,7 @@ def with_slice_state(
         & (F.col("candidate_timestamp_ms") == F.col("anchor_timestamp_ms"))
     )
     per_position = a.groupBy(*SLICE_KEYS).agg(
-        F.min(F.coalesce(is_full_match, F.lit(False)).cast("int")).alias("all_full")
+        F.min(F.coalesce(is_full_match, F.lit(False)).cast(IntegerType())).alias("all_full")
     )
     state = slices_df.join(edges, SLICE_KEYS).join(per_position, SLICE_KEYS, "left")
     is_ms_covered = (F.col("slice_end") >= F.col("log_end")) | (F.col("n_after_ms") >= k + 1)

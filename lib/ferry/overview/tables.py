@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
 
 from ferry import delta
 from ferry.config import FerryConfig
@@ -168,7 +169,7 @@ def with_run_outcomes(group_outcomes_df: DataFrame) -> DataFrame:
         group_outcomes_df.groupBy("run_id", "run_time", "is_executed", "outcome")
         .agg(
             F.count(F.lit(1)).alias("groups"),
-            F.sum("partitions").cast("long").alias("partitions"),
+            F.sum("partitions").cast(LongType()).alias("partitions"),
         )
         .select("run_id", "run_time", "is_executed", "outcome", "groups", "partitions")
     )
@@ -200,10 +201,10 @@ def with_audit_by_group(audit_df: DataFrame) -> DataFrame:
     is_live = F.coalesce(F.col("is_live"), F.lit(False))
 
     def partitions(condition):  # noqa: ANN001, ANN202 - a Column in, a Column out
-        return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+        return F.sum(F.when(condition, 1).otherwise(0)).cast(LongType())
 
     def total(condition):  # noqa: ANN001, ANN202
-        return F.coalesce(F.sum(F.when(condition, records)), F.lit(0)).cast("long")
+        return F.coalesce(F.sum(F.when(condition, records)), F.lit(0)).cast(LongType())
 
     return (
         audit_df.groupBy("run_id", "group")
