@@ -98,7 +98,8 @@ class ReaderConfig:
 @dataclass(frozen=True)
 class AdminConfig:
     timeout_ms: int = 10_000  # one admin request attempt
-    retry_ms: int = 60_000  # all attempts of one admin operation (transient errors only)
+    retry_ms: int = 60_000  # all attempts of one admin operation (transient errors only;
+    # a cluster that answers nothing fails sooner, after reader.timeout_ms)
     # groups written per batch (one describe, one offsets fetch, concurrent writes, one
     # ledger commit); also the bound on the time between a group's check and its write
     batch_groups: int = 200

@@ -2,12 +2,12 @@
 local broker: `lag-snapshot`, `groups describe`, `groups reset --execute`, `groups copy
 --execute` and `decode-offsets`.
 
-For each job: every open connection dropped once while it talks to the cluster's admin side
-and once while it reads records → the job finishes with the same result as without faults
-(rows and offsets checked), exit 0; the cluster gone for good mid-run → one line naming it,
-exit 1 within `reader.timeout_ms` (the config keeps `admin.retry_ms` no longer) of the
-moment it went, and nothing written: no history rows, no tables, no offsets changed, no
-ledger rows.
+For each job: every open connection dropped once while it talks to the cluster's admin side and
+once while it reads records → the job finishes with the same result as without faults (rows and
+offsets checked), exit 0; the cluster gone for good mid-run → one line naming it, exit 1 within
+`reader.timeout_ms` of the moment it went (admin calls too: the config leaves `admin.retry_ms`
+at ten times that, which a cluster that answers nothing does not get), and nothing written: no
+history rows, no tables, no offsets changed, no ledger rows.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ NOW_MS = int(time.time() * 1000)
 BASE = NOW_MS - 600_000  # records one second apart, starting ten minutes ago
 COUNTS = {("a", 0): 30, ("a", 1): 20, ("b", 0): 25}
 OFFSETS_TOPIC = "__consumer_offsets"
-TIMEOUT_MS = 6000  # reader.timeout_ms; admin.retry_ms is the same, so either bounds a failure
+TIMEOUT_MS = 6000  # reader.timeout_ms: bounds every failure of a cluster gone for good
+RETRY_MS = 10 * TIMEOUT_MS  # admin.retry_ms: for a cluster that answers "not yet"
 SLACK_S = 4.0  # a cut is noticed by the next request or poll; process and session teardown
 
 
@@ -98,7 +99,7 @@ def write_config(broker, tmp_path: Path) -> str:
     config = {
         "cluster": {"bootstrap.servers": broker.bootstrap},
         "reader": {"timeout_ms": TIMEOUT_MS},
-        "admin": {"timeout_ms": 2000, "retry_ms": TIMEOUT_MS},
+        "admin": {"timeout_ms": 2000, "retry_ms": RETRY_MS},
         "ledger": {"path": str(tmp_path / "ledger")},
         "history": {"path": str(tmp_path / "history")},
         "offsets": {

@@ -22,6 +22,7 @@ class FakeCluster:
     name: str = "cluster (h:9092)"
     attempt_s: float = 0.5
     retry_s: float = 3.0
+    timeout_s: float = 30.0
     renewed: int = 0
     clients: list[object] = field(default_factory=list)
 
@@ -133,3 +134,37 @@ def test_stop_on_fatal_gives_up_on_every_key():
     answers, errors = retry_each(cluster, str, ["a", "b"], scripted(outcomes, sent),
                                  stop_on_fatal=True)  # fmt: skip
     assert answers == {} and set(errors) == {"a", "b"} and len(sent) == 1
+
+
+def test_a_cluster_that_answers_nothing_fails_after_the_read_timeout_not_the_budget():
+    cluster, sent = FakeCluster(timeout_s=1.0, retry_s=30.0), []
+    outcomes = {k: [error(KafkaError._TRANSPORT)] * 50 for k in ("a", "b")}
+    started = time.monotonic()
+    answers, errors = retry_each(cluster, str, ["a", "b"], scripted(outcomes, sent))
+    took = time.monotonic() - started
+    assert answers == {} and took < cluster.timeout_s + 0.5, took
+    assert str(errors["a"]) == "cluster (h:9092): a failed (no answer for 1s): boom"
+
+
+def test_a_cluster_that_answers_not_yet_keeps_the_whole_budget():
+    # NOT_COORDINATOR is an answer: the broker is there, its coordinator is moving.
+    cluster, sent = FakeCluster(timeout_s=0.5, retry_s=1.5), []
+    outcomes = {"g": [error(KafkaError.NOT_COORDINATOR)] * 50}
+    started = time.monotonic()
+    _, errors = retry_each(cluster, str, ["g"], scripted(outcomes, sent))
+    took = time.monotonic() - started
+    assert "retried for 1.5s" in str(errors["g"]) and took > 1.0, took
+
+
+def test_a_key_answered_not_yet_keeps_the_other_keys_retrying_past_the_silence():
+    # "a" keeps getting answers ("not yet"), so the cluster is there: "b"'s lost connections
+    # are retried on for the budget, well past the silence allowed, and both land.
+    cluster, sent = FakeCluster(timeout_s=0.3, retry_s=5.0), []
+    outcomes = {
+        "a": [error(KafkaError.NOT_COORDINATOR)] * 3 + ["A"],
+        "b": [error(KafkaError._TRANSPORT)] * 3 + ["B"],
+    }
+    started = time.monotonic()
+    answers, errors = retry_each(cluster, str, ["a", "b"], scripted(outcomes, sent))
+    assert answers == {"a": "A", "b": "B"} and not errors
+    assert time.monotonic() - started > cluster.timeout_s

@@ -167,7 +167,11 @@ def retry_each(
     gets the cluster's AdminClient and the keys, and returns a future per key), await every
     future, and retry only the keys that failed on a transient error, with backoff (0.2 s
     doubling to 5 s) and a fresh AdminClient after a transport failure or a timeout, until
-    `cluster.retry_s` is spent (no wait outlasts it).
+    `cluster.retry_s` is spent (no wait outlasts it) — or, sooner, once the cluster has
+    answered nothing at all (every key lost its connection or timed out) for
+    `cluster.timeout_s`, the rule reads follow: a cluster gone for good fails every call
+    after `reader.timeout_ms`, while one that answers "not yet" (a coordinator moving) keeps
+    the longer budget.
 
     Returns (answers, errors): a key that failed for good gets a ClusterError naming the
     cluster and `describe(key)`, the others their answers. `stop_on_fatal` gives up on every
@@ -181,6 +185,8 @@ def retry_each(
     errors: dict[K, ClusterError] = {}
     pending = list(keys)
     deadline = time.monotonic() + cluster.retry_s
+    silence = cluster.timeout_s
+    last_answer = time.monotonic()  # when the cluster last answered anything
     delay = 0.2
     while pending:
         failures: dict[K, BaseException] = {}
@@ -189,14 +195,17 @@ def retry_each(
         except Exception as exc:  # noqa: BLE001 - the request could not even be queued
             futures, failures = {}, {k: exc for k in pending}
         # One wait for the whole round (the futures are in flight together), never past the
-        # budget by more than a moment.
+        # budget (or the silence allowed) by more than a moment.
         now = time.monotonic()
-        round_end = now + min(cluster.attempt_s + 1, max(deadline - now, 0.5))
+        limit = min(deadline, last_answer + silence)
+        round_end = now + min(cluster.attempt_s + 1, max(limit - now, 0.5))
         for key, future in futures.items():
             try:
                 results[key] = future.result(timeout=max(round_end - time.monotonic(), 0.0))
             except Exception as exc:  # noqa: BLE001 - classified below
                 failures[key] = exc
+        if len(failures) < len(pending) or not all(map(_needs_fresh_client, failures.values())):
+            last_answer = time.monotonic()
         if not failures:
             break
         if any(_needs_fresh_client(e) for e in failures.values()):
@@ -207,7 +216,10 @@ def retry_each(
         if not failures:
             break
         stop = bool(fatal) and stop_on_fatal
-        if not stop and time.monotonic() + delay <= deadline:
+        is_silent = all(map(_needs_fresh_client, failures.values())) and (
+            time.monotonic() + delay > last_answer + silence
+        )
+        if not stop and not is_silent and time.monotonic() + delay <= deadline:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
             if recheck is not None:
@@ -220,7 +232,12 @@ def retry_each(
             if time.monotonic() < deadline:
                 pending = list(failures)
                 continue
-        spent = "" if stop else f" (retried for {cluster.retry_s:g}s)"
+        if stop:
+            spent = ""
+        elif is_silent:
+            spent = f" (no answer for {silence:g}s)"
+        else:
+            spent = f" (retried for {cluster.retry_s:g}s)"
         for key, exc in failures.items():
             if gave_up is None or stop:
                 errors[key] = _failed(cluster, describe(key), exc, spent)
