@@ -204,7 +204,11 @@ def retry_each(
                 results[key] = future.result(timeout=max(round_end - time.monotonic(), 0.0))
             except Exception as exc:  # noqa: BLE001 - classified below
                 failures[key] = exc
-        if len(failures) < len(pending) or not all(map(_needs_fresh_client, failures.values())):
+        # Answered nothing at all: every key lost its connection or timed out.
+        is_unanswered = len(failures) == len(pending) and all(
+            map(_needs_fresh_client, failures.values())
+        )
+        if not is_unanswered:
             last_answer = time.monotonic()
         if not failures:
             break
@@ -216,9 +220,7 @@ def retry_each(
         if not failures:
             break
         stop = bool(fatal) and stop_on_fatal
-        is_silent = all(map(_needs_fresh_client, failures.values())) and (
-            time.monotonic() + delay > last_answer + silence
-        )
+        is_silent = is_unanswered and time.monotonic() + delay > last_answer + silence
         if not stop and not is_silent and time.monotonic() + delay <= deadline:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
