@@ -218,7 +218,8 @@ FRONTIER = (90, 100)  # last consumed at 90, first unconsumed at 100
 
 
 def closed(spark, src, dst, positions, slice_bounds, **kw):  # noqa: ANN001, ANN201
-    out = place(spark, src, dst, None, [(0, len(dst))], band=(-W, 2 * W), frontier=FRONTIER,
+    frontier = kw.pop("frontier", FRONTIER)
+    out = place(spark, src, dst, None, [(0, len(dst))], band=(-W, 2 * W), frontier=frontier,
                 slices={0: slice_bounds}, groups={"g": positions}, **kw)  # fmt: skip
     d, dups, unplaced, left, right = out["g"][0]
     return (d, dups, unplaced), (left, right)
@@ -260,6 +261,59 @@ def test_a_source_partition_copied_late_keeps_the_right_side_open_until_its_copi
     assert sides == (True, True)
     d = where["r10"]
     assert placed == (d, sum(1 for n in names[d:] if int(n[1:]) < 10), 0)
+
+
+# A group stopped inside a millisecond: two records per source partition and millisecond
+# (10, 20, 30), committed at offset 3 on both — the second record of millisecond 20 is the first
+# unconsumed one, so the frontier is lo = hi = 20 and the unconsumed copies near it carry
+# ts == hi, none newer.
+MID_MS_SRC = [(p, o, 10 * (1 + o // 2), f"p{p}o{o}") for p in range(2) for o in range(6)]
+MID_MS = [(0, 3, 6), (1, 3, 6)]
+MID_MS_FRONTIER = (20, 20)
+
+
+def mid_ms_dst(names: list[str]) -> list[tuple[int, int, int, str]]:
+    ts = {n: t for _, _, t, n in MID_MS_SRC}
+    return [(0, o, ts[n], n) for o, n in enumerate(names)]
+
+
+def test_an_unconsumed_copy_at_the_frontiers_millisecond_closes_the_right_side(spark):
+    # Copied in time order (millisecond, source partition): p1's consumed record 2 follows
+    # p0's unconsumed record 3 inside millisecond 20 — one duplicate. The slice ends at the
+    # last record of millisecond 20: every source partition has an unconsumed copy in it, so
+    # no consumed copy can follow (p's order), though none is newer than the frontier.
+    names = ["p0o0", "p0o1", "p1o0", "p1o1", "p0o2", "p0o3", "p1o2", "p1o3", "p0o4", "p0o5",
+             "p1o4", "p1o5"]  # fmt: skip
+    dst = mid_ms_dst(names)
+    whole = closed(spark, MID_MS_SRC, dst, MID_MS, (0, 12), frontier=MID_MS_FRONTIER)
+    placed, sides = closed(spark, MID_MS_SRC, dst, MID_MS, (1, 8), frontier=MID_MS_FRONTIER)
+    assert sides == (True, True)
+    assert placed == whole[0] == (5, 1, 0)  # resume at p0's record 3; p1's record 2 again
+
+
+def test_a_lagging_partitions_consumed_copies_after_the_offset_are_counted(spark):
+    # p1 is copied late: its consumed records 0-2 come after p0's first unconsumed one (D_q),
+    # then its unconsumed record 3 (ts == hi) ends the slice. All three are duplicates, and
+    # the side is closed: nothing of p1 after the slice can be consumed.
+    names = ["p0o0", "p0o1", "p0o2", "p0o3", "p1o0", "p1o1", "p1o2", "p1o3", "p0o4", "p0o5",
+             "p1o4", "p1o5"]  # fmt: skip
+    dst = mid_ms_dst(names)
+    placed, sides = closed(spark, MID_MS_SRC, dst, MID_MS, (1, 8), frontier=MID_MS_FRONTIER)
+    assert sides == (True, True)
+    assert placed == (3, 3, 0)
+
+
+@pytest.mark.parametrize("end", [6, 7])
+def test_no_unconsumed_copy_of_a_partition_keeps_the_right_side_open(spark, end):
+    # The same lagging copy, the slice ending before p1's unconsumed record 3: every copy of
+    # p1 it holds is consumed, so more may follow (to 6: record 2 does, a duplicate this slice
+    # cannot count yet).
+    names = ["p0o0", "p0o1", "p0o2", "p0o3", "p1o0", "p1o1", "p1o2", "p1o3", "p0o4", "p0o5",
+             "p1o4", "p1o5"]  # fmt: skip
+    dst = mid_ms_dst(names)
+    placed, sides = closed(spark, MID_MS_SRC, dst, MID_MS, (1, end), frontier=MID_MS_FRONTIER)
+    assert sides == (True, False)
+    assert placed == (3, end - 4, 0)
 
 
 def test_far_timestamps_close_a_side_where_a_partition_has_no_copies(spark):

@@ -23,10 +23,25 @@ source partition p one of these holds:
   p's first unconsumed record (no copy of p that new can sit before it);
 - right (no record after the slice is one the group consumed):
   (a) the slice ends at q's log end; (b) the group consumed nothing of p; (c) the slice holds
-  a copy of a record of p the group has not consumed, newer than its frontier; (d) the slice
-  holds a record more than window_after_ms newer than p's last consumed record;
+  a copy of a record of p the group has not consumed, whatever its timestamp (every copy of p
+  after it is of a later, unconsumed record); (d) the slice holds a record more than
+  window_after_ms newer than p's last consumed record;
 - and the source has been read for every millisecond of the band the slice holds, so each of
   its records is identified (copy, identical records, or not copied from the source).
+
+(c) counts only while the slice's copies of p are in p's order (copies out of order prove
+nothing on either side). The left side guards against loss — D_q is the slice's first record
+the group has not consumed, right only if none lies before the slice — and its (c) keeps the
+timestamp. The right side moves no D_q — it only says every consumed record after D_q has
+been counted as a duplicate — and its (c) needs no timestamp. The first unconsumed copies
+often carry hi itself (a group that stopped inside a millisecond, or at its start); asking
+for a copy of p newer than hi made the read go on to p's next millisecond — far, on a
+partition where the replicator writes runs of one source partition — and guarded nothing:
+records that are not copies are not counted after the slice by any rule (a record not copied
+from the source, a re-sent copy: below), a record identical over several source partitions
+is the copy of one of them and that partition's rule covers it, a source partition with an
+unconsumed copy read is replicated (no PENDING), and the source is read for every
+millisecond the slice holds whichever rule closes it.
 
 A side that reaches the band's edge is closed whatever else holds: records outside the band
 are placed by their timestamp, as a full read does. For a replicator that keeps up, (c) holds

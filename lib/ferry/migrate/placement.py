@@ -339,10 +339,12 @@ def _place_partition(
         has_copies = jb > ja
         if is_monotone:
             # (c) a consumed copy of p older than the frontier opens the slice's left side:
-            # every copy of p before it is of an older record; (c) an unconsumed copy newer
-            # than the frontier closes the right side likewise.
+            # every copy of p before it is of an older record; (c) any unconsumed copy of p
+            # closes the right side: every copy of p after it is of a later, unconsumed record
+            # (p's order), whatever its timestamp. The right side moves no D_q, it only ends
+            # the count of duplicates (`ferry.migrate.frontier`, "enough read").
             seen_old = (j > ja) & (_at(stamps, ja, NO_TIME_AFTER) < lo)
-            seen_new = (j < jb) & (_at(stamps, jb - 1, NO_TIME_BEFORE) > hi)
+            seen_new = j < jb
         else:
             seen_old = seen_new = np.zeros(len(groups), dtype=bool)
         # (d) a record more than a window away from p's own frontier: nothing of p can lie
