@@ -39,8 +39,8 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.groups import changes, describe, positions, reset, selection
-from ferry.session import build_session
+from ferry.groups import changes, describe, reset, selection
+from ferry.session import build_session, start_session
 from ferry.write import commit, rollback
 from ferry.write.ledger import Ledger, new_run_id
 
@@ -177,7 +177,7 @@ def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
             f"no committed or assigned partitions for the selected groups on {cluster.name}"
         )
     # The session starts while Kafka is read on the driver; neither waits for the other.
-    session = positions.start_session("ferry-groups-describe")
+    session = start_session("ferry-groups-describe")
     positions_df, bounds_df, next_df = describe.read_positions(
         session, cluster, rows, cfg.reader, progress
     )

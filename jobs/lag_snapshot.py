@@ -24,8 +24,9 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.groups import describe, positions
+from ferry.groups import describe
 from ferry.lag import history
+from ferry.session import start_session
 
 
 def parse_args(argv: list[str]):  # noqa: ANN201
@@ -62,7 +63,7 @@ def main(argv: list[str]) -> int:
         f"{len({(r['topic'], r['partition']) for r in rows})} partitions"
     )
     # The session starts while Kafka is read on the driver; neither waits for the other.
-    session = positions.start_session("ferry-lag-snapshot")
+    session = start_session("ferry-lag-snapshot")
     # Watermarks are asked after the committed offsets, so lag is never negative (at worst it
     # counts records produced in between); the snapshot is stamped once the reads are done.
     positions_df, bounds_df, next_df = describe.read_positions(

@@ -1,5 +1,6 @@
-"""The one place a SparkSession is built; everything else receives `spark` as a parameter
-(and `local_df` to turn the driver's own rows into DataFrames).
+"""The one place a SparkSession is built (`build_session`, or `start_session` to build it while
+the job talks to Kafka); everything else receives `spark` as a parameter (and `local_df` to
+turn the driver's own rows into DataFrames).
 
 Under spark-submit (spark-submit.sh) the user's master, deploy mode and settings rule, and
 Ferry only fills in what nobody set. Run directly (tests, notebooks, benches) Ferry chooses
@@ -12,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pyspark import SparkConf, SparkContext
@@ -56,6 +58,16 @@ def build_session(app_name: str = "ferry") -> SparkSession:
     # The ferry-kafka data source is registered by its first read (ferry.kafka.source):
     # registering starts a Python worker that small runs, which read on the driver, skip.
     return spark
+
+
+def start_session(app_name: str = "ferry") -> Callable[[], SparkSession]:
+    """Start `build_session` in the background; the returned callable waits for it. Starting
+    a SparkContext takes seconds that Kafka admin calls and driver reads do not need, so a job
+    does both at once (its first Spark call waits for whatever is left)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-session")
+    future = pool.submit(build_session, app_name)
+    pool.shutdown(wait=False)
+    return future.result
 
 
 def _under_spark_submit() -> bool:

@@ -149,8 +149,8 @@ def read_positions(
     Each partition's watermarks are asked once, and each distinct position's next record is
     found once however many groups sit there, reading the positions of a partition together
     (`ferry.groups.positions`: one span per cluster of nearby positions, not one seek per position).
-    `spark` may be a callable giving the session (`positions.start_session`): it is asked for
-    only once Kafka has been read, so a session starting in the background overlaps the reads.
+    `spark` may be a callable giving the session (`ferry.session.start_session`): it is asked
+    for only once Kafka has been read, so a session starting in the background overlaps the reads.
     """
     keys = sorted({(r["topic"], r["partition"]) for r in rows})
     bounds = kafka.watermarks(cluster, keys)

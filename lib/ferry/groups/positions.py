@@ -21,8 +21,8 @@ group) — no position needs a read of its own.
 
 Where the reading happens is `ferry.kafka.read`'s choice, by size (`reader.driver_max_offsets`):
 small reads on the driver, every partition's spans by one consumer at once, while the job's
-Spark session starts (`start_session`); large ones through the `ferry-kafka` data source on
-the executors. Either way each position is resolved in Spark against the records read
+Spark session starts (`ferry.session.start_session`); large ones through the `ferry-kafka` data
+source on the executors. Either way each position is resolved in Spark against the records read
 (`with_next_records`) and one row per position comes back. Both give the same answer as a read
 per position.
 """
@@ -30,7 +30,6 @@ per position.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -138,8 +137,9 @@ def next_records(
     progress: Callable[[str], None] | None = None,
 ) -> dict[Position, NextRecord | None]:
     """Each position's next record (offset, timestamp ms), None when the partition has none
-    at or after it. `spark` may be a callable giving the session (see `start_session`): a
-    read on the driver asks for it only once Kafka has been read."""
+    at or after it. `spark` may be a callable giving the session (see
+    `ferry.session.start_session`): a read on the driver asks for it only once Kafka has been
+    read."""
     spans = plan_spans(positions, max_gap)
     if not spans:
         return {}
@@ -170,15 +170,3 @@ def next_records(
         )
         for r in with_next_records(positions_df, records_df).collect()
     }
-
-
-def start_session(app_name: str) -> Callable[[], SparkSession]:
-    """Start building the Spark session in the background; the returned callable waits for
-    it. Starting a SparkContext takes seconds that reading Kafka on the driver does not need,
-    so a job can do both at once."""
-    from ferry.session import build_session
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-session")
-    future = pool.submit(build_session, app_name)
-    pool.shutdown(wait=False)
-    return future.result
