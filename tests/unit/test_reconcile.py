@@ -217,8 +217,7 @@ AT_TEN = [(0, 5, 10), (1, 5, 10)]  # committed offsets: records 0..9 consumed
 FRONTIER = (90, 100)  # last consumed at 90, first unconsumed at 100
 
 
-def closed(spark, src, dst, positions, slice_bounds, **kw):  # noqa: ANN001, ANN201
-    frontier = kw.pop("frontier", FRONTIER)
+def closed(spark, src, dst, positions, slice_bounds, frontier=FRONTIER, **kw):  # noqa: ANN001, ANN201
     out = place(spark, src, dst, None, [(0, len(dst))], band=(-W, 2 * W), frontier=frontier,
                 slices={0: slice_bounds}, groups={"g": positions}, **kw)  # fmt: skip
     d, dups, unplaced, left, right = out["g"][0]
@@ -277,6 +276,11 @@ def mid_ms_dst(names: list[str]) -> list[tuple[int, int, int, str]]:
     return [(0, o, ts[n], n) for o, n in enumerate(names)]
 
 
+# p1 copied late: its records 0-3 after p0's record 3 (the first unconsumed one of p0).
+P1_COPIED_LATE = ["p0o0", "p0o1", "p0o2", "p0o3", "p1o0", "p1o1", "p1o2", "p1o3", "p0o4", "p0o5",
+                  "p1o4", "p1o5"]  # fmt: skip
+
+
 def test_an_unconsumed_copy_at_the_frontiers_millisecond_closes_the_right_side(spark):
     # Copied in time order (millisecond, source partition): p1's consumed record 2 follows
     # p0's unconsumed record 3 inside millisecond 20 — one duplicate. The slice ends at the
@@ -295,9 +299,7 @@ def test_a_lagging_partitions_consumed_copies_after_the_offset_are_counted(spark
     # p1 is copied late: its consumed records 0-2 come after p0's first unconsumed one (D_q),
     # then its unconsumed record 3 (ts == hi) ends the slice. All three are duplicates, and
     # the side is closed: nothing of p1 after the slice can be consumed.
-    names = ["p0o0", "p0o1", "p0o2", "p0o3", "p1o0", "p1o1", "p1o2", "p1o3", "p0o4", "p0o5",
-             "p1o4", "p1o5"]  # fmt: skip
-    dst = mid_ms_dst(names)
+    dst = mid_ms_dst(P1_COPIED_LATE)
     placed, sides = closed(spark, MID_MS_SRC, dst, MID_MS, (1, 8), frontier=MID_MS_FRONTIER)
     assert sides == (True, True)
     assert placed == (3, 3, 0)
@@ -308,9 +310,7 @@ def test_no_unconsumed_copy_of_a_partition_keeps_the_right_side_open(spark, end)
     # The same lagging copy, the slice ending before p1's unconsumed record 3: every copy of
     # p1 it holds is consumed, so more may follow (to 6: record 2 does, a duplicate this slice
     # cannot count yet).
-    names = ["p0o0", "p0o1", "p0o2", "p0o3", "p1o0", "p1o1", "p1o2", "p1o3", "p0o4", "p0o5",
-             "p1o4", "p1o5"]  # fmt: skip
-    dst = mid_ms_dst(names)
+    dst = mid_ms_dst(P1_COPIED_LATE)
     placed, sides = closed(spark, MID_MS_SRC, dst, MID_MS, (1, end), frontier=MID_MS_FRONTIER)
     assert sides == (True, False)
     assert placed == (3, end - 4, 0)
