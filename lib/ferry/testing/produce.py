@@ -6,6 +6,8 @@ The local broker's high watermark only moves per batch, so tests and the demo pr
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -147,9 +149,20 @@ def commit_offsets(
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
+    from ferry.kafka.admin import is_transient_error
+
     admin = AdminClient(dict(config))
     request = ConsumerGroupTopicPartitions(
         group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
     )
-    for future in admin.alter_consumer_group_offsets([request]).values():
-        future.result()
+    # A fresh cluster creates __consumer_offsets on the first commit and answers "coordinator
+    # loading" per partition meanwhile (the request itself succeeds): retried until it took.
+    deadline = time.monotonic() + 30
+    while True:
+        answer = admin.alter_consumer_group_offsets([request])[group].result()
+        errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
+        if not errors:
+            return
+        if time.monotonic() > deadline or not all(is_transient_error(e) for e in errors):
+            raise RuntimeError(f"commit for group {group} failed: {errors[0]}")
+        time.sleep(0.2)

@@ -1,0 +1,162 @@
+"""Fetch pinned Java artifacts (Apache Kafka and its tools) from a Maven repository into a cache.
+
+The test brokers, MirrorMaker 2 and `kafka-consumer-groups` are Apache Kafka's own jars, fetched
+by their Maven coordinates with the Ivy jar that PySpark ships, so a machine needs only Java and
+`make install`. A set of jars is resolved once into `$FERRY_CACHE/<name>/` and reused while its
+marker file names the same coordinates.
+
+Settings (environment):
+- `FERRY_CACHE`: where the jars go (default `~/.cache/ferry`).
+- `FERRY_MAVEN_MIRROR`: a Maven repository URL to resolve from instead of Ivy's default public
+  repository (a company's Nexus or Artifactory proxy on a machine without direct internet).
+
+Run as `python -m ferry.testing.artifacts [name ...]` to fetch ahead of time (`make install`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+KAFKA_VERSION = "4.3.1"
+LOG4J_VERSION = "2.25.4"  # the log4j2 Kafka 4.3.1 is built with; its slf4j binding for our logs
+
+
+@dataclass(frozen=True)
+class ArtifactSet:
+    """Maven coordinates (group, artifact, version) resolved together, with dependencies."""
+
+    name: str
+    coordinates: tuple[tuple[str, str, str], ...]
+
+    @property
+    def marker(self) -> str:
+        return "\n".join(":".join(c) for c in self.coordinates) + "\n"
+
+
+KAFKA = ArtifactSet(
+    f"kafka-{KAFKA_VERSION}",
+    (
+        ("org.apache.kafka", "kafka_2.13", KAFKA_VERSION),
+        ("org.apache.kafka", "kafka-tools", KAFKA_VERSION),
+        ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+    ),
+)
+
+SETS = {"kafka": KAFKA}
+
+
+class ArtifactError(RuntimeError):
+    """The artifacts could not be fetched (no Java, no repository, an unknown version)."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FERRY_CACHE") or Path.home() / ".cache" / "ferry")
+
+
+def ivy_jar() -> Path:
+    """The Ivy jar inside the installed PySpark (Spark resolves `--packages` with it)."""
+    import pyspark
+
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("ivy-*.jar"))
+    if not jars:
+        raise ArtifactError("no ivy jar in the installed pyspark; run `make install`")
+    return jars[-1]
+
+
+def _ivy_files(work: Path, artifacts: ArtifactSet, mirror: str | None) -> list[str]:
+    """An ivy.xml naming the coordinates, and settings for a mirror when one is given."""
+    deps = "\n".join(
+        f"    <dependency org={quoteattr(g)} name={quoteattr(a)} rev={quoteattr(v)}"
+        ' conf="default->default"/>'
+        for g, a, v in artifacts.coordinates
+    )
+    (work / "ivy.xml").write_text(
+        '<ivy-module version="2.0">\n'
+        '  <info organisation="ferry" module="ferry-testing"/>\n'
+        '  <configurations><conf name="default"/></configurations>\n'
+        f"  <dependencies>\n{deps}\n  </dependencies>\n"
+        "</ivy-module>\n"
+    )
+    args = ["-ivy", str(work / "ivy.xml")]
+    if mirror:
+        (work / "ivysettings.xml").write_text(
+            "<ivysettings>\n"
+            '  <settings defaultResolver="mirror"/>\n'
+            "  <resolvers>\n"
+            f'    <ibiblio name="mirror" m2compatible="true" root={quoteattr(mirror)}/>\n'
+            "  </resolvers>\n"
+            "</ivysettings>\n"
+        )
+        args += ["-settings", str(work / "ivysettings.xml")]
+    return args
+
+
+def fetch(artifacts: ArtifactSet, quiet: bool = True) -> Path:
+    """The folder holding the set's jars, fetched first if the cache lacks them."""
+    folder = cache_root() / artifacts.name
+    marker = folder / "COORDINATES"
+    if marker.is_file() and marker.read_text() == artifacts.marker:
+        return folder
+    if shutil.which("java") is None:
+        raise ArtifactError("java is not on PATH (Java 17 or newer is needed)")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{artifacts.name}-", dir=folder.parent))
+    try:
+        args = _ivy_files(staging, artifacts, os.environ.get("FERRY_MAVEN_MIRROR"))
+        command = [
+            "java",
+            "-jar",
+            str(ivy_jar()),
+            *args,
+            "-cache",
+            str(cache_root() / "ivy-cache"),
+            "-retrieve",
+            str(staging / "lib" / "[artifact]-[revision](-[classifier]).[ext]"),
+            "-types",
+            "jar",
+            "bundle",
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        jars = list((staging / "lib").glob("*.jar"))
+        if done.returncode != 0 or not jars:
+            tail = " ".join((done.stdout + done.stderr).split()[-40:])
+            raise ArtifactError(f"could not fetch {artifacts.name}: {tail}")
+        (staging / "COORDINATES").write_text(artifacts.marker)
+        if folder.exists():
+            shutil.rmtree(folder)
+        staging.rename(folder)  # whole or not at all: a killed fetch leaves no half folder
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if not quiet:
+        print(f"{artifacts.name}: {len(jars)} jars in {folder}", file=sys.stderr)
+    return folder
+
+
+def classpath(artifacts: ArtifactSet) -> str:
+    return os.pathsep.join(str(p) for p in sorted((fetch(artifacts) / "lib").glob("*.jar")))
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(SETS)
+    unknown = [n for n in names if n not in SETS]
+    if unknown:
+        print(f"error: unknown artifact set {unknown[0]!r} (known: {', '.join(SETS)})")
+        return 2
+    try:
+        for name in names:
+            print(f"{SETS[name].name}: {fetch(SETS[name], quiet=True)}")
+    except ArtifactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
