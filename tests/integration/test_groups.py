@@ -70,7 +70,7 @@ def test_list_and_describe_match_independent_offsets(cluster, world, unique):
         {
             "group": group,
             "state": "EMPTY",
-            "protocol_type": "consumer",
+            "protocol_type": "",  # offsets committed by an admin, never joined: a simple group
             "members": 0,
             "topics": 2,
             "partitions": 4,

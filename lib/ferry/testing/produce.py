@@ -1,7 +1,8 @@
-"""Produce test data one record per batch, and commit offsets for test groups.
+"""Produce test data in order, and commit offsets for test groups, on the local Apache Kafka
+clusters (`ferry.testing.brokers`).
 
-The local broker's high watermark only moves per batch, so tests and the demo produce with
-`linger.ms=0, batch.num.messages=1`: every record is its own batch and watermarks are exact.
+Producers are idempotent, so records land in the order given even when a request is retried
+(a fresh topic's first requests often are, while its leader is elected).
 """
 
 from __future__ import annotations
@@ -34,6 +35,26 @@ def create_topics(config: Mapping[str, str], topics: Mapping[str, int]) -> None:
         return
     for future in admin.create_topics(new, operation_timeout=10).values():
         future.result()
+    _wait_for_leaders(admin, {t.topic: t.num_partitions for t in new})
+
+
+def _wait_for_leaders(admin, topics: Mapping[str, int], timeout_s: float = 30) -> None:  # noqa: ANN001
+    """Until every partition of the new topics has a leader in the metadata: a topic is
+    created by the controller and reaches the brokers a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(timeout=10).topics
+        ready = all(
+            name in meta
+            and len(meta[name].partitions) == count
+            and all(p.leader >= 0 for p in meta[name].partitions.values())
+            for name, count in topics.items()
+        )
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics {sorted(topics)} have no leaders after {timeout_s:g}s")
+        time.sleep(0.05)
 
 
 def produce(
@@ -41,21 +62,19 @@ def produce(
     topic: str,
     partition: int,
     records: Iterable[Record],
-    max_in_flight: int = 1,
+    max_in_flight: int = 5,
 ) -> list[int]:
-    """Produce records in order to one partition, one per batch; returns their offsets, in
-    record order. More than one request in flight is faster; without idempotence only the
-    absence of retries keeps the order then, so the offsets are checked to grow in record
-    order and an error is raised otherwise."""
+    """Produce records in order to one partition; returns their offsets, in record order.
+    The producer is idempotent, so retries keep the order; the offsets are checked to grow in
+    record order all the same, and an error is raised otherwise."""
     from confluent_kafka import Producer
 
     producer = Producer(
         {
             **config,
-            "linger.ms": 0,
-            "batch.num.messages": 1,
+            "linger.ms": 5,
             "max.in.flight.requests.per.connection": max_in_flight,
-            "enable.idempotence": False,
+            "enable.idempotence": True,
             "message.max.bytes": 8_000_000,
         }
     )
@@ -110,18 +129,15 @@ def produce_transactions(
     transactions: Iterable[Sequence[Record]],
     commit: bool = True,
 ) -> list[int]:
-    """Produce each sequence of records as one transaction (one record per batch), committed
-    or aborted; returns the offsets the records got. Every transaction leaves a marker offset
-    behind: the local broker does not compact, so markers stand in for compaction gaps."""
+    """Produce each sequence of records as one transaction, committed or aborted; returns the
+    offsets the records got. Every transaction leaves a marker offset behind it."""
     from confluent_kafka import Producer
 
     producer = Producer(
         {
             **config,
             "transactional.id": f"{topic}-{partition}-tx",
-            "linger.ms": 0,
-            "batch.num.messages": 1,
-            "max.in.flight.requests.per.connection": 1,
+            "linger.ms": 5,
         }
     )
     offsets: list[int] = []
