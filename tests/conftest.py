@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: one local Spark session for the whole run, and local brokers."""
+"""Shared pytest fixtures: one local Spark session for the whole run, and local Apache Kafka
+clusters (`ferry.testing.brokers`)."""
 
 from __future__ import annotations
 
@@ -45,13 +46,13 @@ def _brokers_fixture(*names: str):
 
 @pytest.fixture(scope="session")
 def cluster():
-    """One local broker for the whole run; tests use unique topic and group names."""
+    """One local Kafka cluster for the whole run; tests use unique topic and group names."""
     yield from (b[0] for b in _brokers_fixture("single"))
 
 
 @pytest.fixture(scope="session")
 def clusters():
-    """Two independent local brokers (source, destination) for the whole run."""
+    """Two independent local Kafka clusters (source, destination) for the whole run."""
     yield from (tuple(b) for b in _brokers_fixture("source", "destination"))
 
 

@@ -83,7 +83,7 @@ def join(config: dict, group: str, topics: list[str]) -> Consumer:
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            # The local broker delays a join by about half the session timeout.
+            # A short session: a consumer that stops leaves the group within seconds.
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 1000,
         }

@@ -2,10 +2,9 @@
 missing: transaction markers (commit and abort), aborted records under read_committed, a
 partition ending in a marker, positions at the log end.
 
-The local broker does not compact, so transaction markers stand in for compaction gaps: to a
-reader both are offsets without a record, which is all the span reads see. What a reader sees
-is taken from a plain consumer reading the whole partition at each isolation level (the local
-broker returns aborted records to read_committed readers too; Apache Kafka does not).
+Transaction markers are offsets without a record, as compaction gaps are (a compacted topic
+cleaned by Kafka's log cleaner is tested in test_kafka_log.py). What a reader sees is taken
+from a plain consumer reading the whole partition at each isolation level.
 """
 
 from __future__ import annotations

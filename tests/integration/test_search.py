@@ -107,7 +107,7 @@ def world(clusters, tmp_path_factory):
     expected[f"{u}-late"] = dst_offsets[1200]
 
     # gaps: the destination has a transaction marker after every 6 records, across the window
-    # (the local broker does not compact; to a reader a marker is a gap like compaction's).
+    # (to a reader a marker is an offset without a record, like a compaction gap).
     recs = busy("gaps", 1500)
     produce(src.config, t["gaps"], 0, recs)
     dst_offsets = produce_transactions(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ferry.kafka.cluster import Cluster, ClusterError
+from ferry.kafka.cluster import Cluster, ClusterError, ClusterRefusedError
 from ferry.status import GroupState
 
 TopicPartitionKey = tuple[str, int]
@@ -295,14 +295,31 @@ def _gather_one(cluster: Cluster, what: str, submit: Callable[[object], concurre
 
 
 def check_reachable(cluster: Cluster) -> None:
-    """Fail fast, naming the cluster, when no broker answers within the timeout."""
-    try:
-        cluster.admin().list_topics(timeout=cluster.timeout_s)
-    except Exception as exc:
-        cluster.renew_admin()
-        raise ClusterError(
-            f"cannot reach {cluster.name} within {cluster.timeout_s:g}s: {_short(exc)}"
-        ) from exc
+    """Fail fast, naming the cluster, when no broker answers within the timeout — and at once,
+    naming the cause, when the cluster refuses this client (authentication, TLS).
+
+    A refusal reaches only the client's error_cb, served by poll(), while the request itself
+    just times out ("Broker transport failure"): so the wait is cut into slices (0.25 s
+    doubling, a slow TLS+SASL handshake still fits one) with a poll between them."""
+    deadline = time.monotonic() + cluster.timeout_s
+    wait = 0.25
+    while True:
+        admin = cluster.admin()
+        try:
+            admin.list_topics(timeout=max(min(wait, deadline - time.monotonic()), 0.01))
+            return
+        except Exception as exc:
+            admin.poll(0)
+            cause = cluster.refused
+            if cause is None and time.monotonic() < deadline:
+                wait *= 2
+                continue
+            cluster.renew_admin()
+            if cause is not None:
+                raise ClusterRefusedError(f"cannot connect to {cluster.name}: {cause}") from exc
+            raise ClusterError(
+                f"cannot reach {cluster.name} within {cluster.timeout_s:g}s: {_short(exc)}"
+            ) from exc
 
 
 def list_topics(cluster: Cluster, include_internal: bool = False) -> dict[str, int]:
@@ -363,15 +380,25 @@ def _list_offsets(
 ) -> dict[tuple[str, int, str], int]:
     """ListOffsets for (topic, partition, label) keys: one request per label, all in flight
     together, retried as one operation."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import IsolationLevel, TopicPartition
 
     def submit(admin, keys):  # noqa: ANN001, ANN202
         futures = {}
         for label in sorted({k[2] for k in keys}):
             asked = {TopicPartition(t, p): specs[(t, p, lb)] for t, p, lb in keys if lb == label}
-            answers = admin.list_offsets(asked, request_timeout=cluster.attempt_s)
+            # Timestamp lookups at the reader's isolation level (a read_committed lookup ends
+            # at the last stable offset); log ends as kafka-consumer-groups reads them.
+            level = cluster.isolation_level if label == "timestamp" else "read_uncommitted"
+            answers = admin.list_offsets(
+                asked,
+                isolation_level=IsolationLevel[level.upper()],
+                request_timeout=cluster.attempt_s,
+            )
             futures.update(
-                {(tp.topic, tp.partition, label): checked_future(f, _offset) for tp, f in answers.items()}
+                {
+                    (tp.topic, tp.partition, label): checked_future(f, _offset)
+                    for tp, f in answers.items()
+                }
             )
         return futures
 
@@ -443,9 +470,10 @@ def list_groups(cluster: Cluster) -> list[str]:
 def describe_groups(
     cluster: Cluster, groups: Sequence[str], errors: dict[str, ClusterError] | None = None
 ) -> dict[str, GroupInfo]:
-    """State, protocol type and members of each group (members may be empty on some brokers),
-    all groups in one DescribeGroups request. With `errors`, a group that cannot be described
-    goes there (and not into the answer) instead of failing the call."""
+    """State, protocol type and members of each group, all groups in one request (librdkafka
+    asks ConsumerGroupDescribe, falling back to DescribeGroups, so groups of both protocols are
+    described with their members). With `errors`, a group that cannot be described goes there
+    (and not into the answer) instead of failing the call."""
     if not groups:
         return {}
     answers = _answers(

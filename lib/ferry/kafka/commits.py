@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from ferry.kafka.admin import (
     TopicPartitionKey,
-    checked_future,
     active_error,
+    checked_future,
     committed_offsets,
     describe_groups,
     failed_future,

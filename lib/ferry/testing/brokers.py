@@ -40,8 +40,11 @@ JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 
-# Broker settings for a test cluster; everything else is Kafka's own default.
+# Broker settings for a test cluster; everything else is Kafka's own default. Retention is off:
+# test data carries fixed timestamps from the past, and the retention check (30 s after start,
+# then every 5 minutes) would otherwise delete every segment older than 7 days mid-run.
 BROKER_SETTINGS = {
+    "log.retention.ms": "-1",
     "num.network.threads": "2",
     "num.io.threads": "2",
     "background.threads": "2",
@@ -209,10 +212,14 @@ def _java(folder: Path, main: str, *args: str) -> list[str]:
     ]
 
 
+def _properties_path(cluster: LocalBroker, node: KafkaNode) -> Path:
+    return cluster.folder / f"node-{node.node_id}.properties"
+
+
 def _launch(cluster: LocalBroker, node: KafkaNode) -> subprocess.Popen:
     with open(cluster.log_path, "ab") as log_file:
         return subprocess.Popen(
-            _java(cluster.folder, "kafka.Kafka", str(cluster.folder / f"node-{node.node_id}.properties")),
+            _java(cluster.folder, "kafka.Kafka", str(_properties_path(cluster, node))),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -227,10 +234,10 @@ def _wait_until_ready(cluster: LocalBroker, timeout_s: float) -> None:
 
     deadline = time.monotonic() + timeout_s
     running = {n.node_id for n in cluster.nodes if n.is_running()}
-    admin = AdminClient({**cluster.config, "log_level": 0, "bootstrap.servers": cluster.bootstrap})
+    admin = AdminClient({**cluster.config, "log_level": 0})
     while time.monotonic() < deadline:
         for node in cluster.nodes:
-            if node.process is not None and node.process.poll() is not None and node.node_id in running:
+            if node.node_id in running and not node.is_running():
                 raise BrokerError(
                     f"cluster {cluster.name}: node {node.node_id} exited with "
                     f"{node.process.returncode}: {cluster.log_tail(8)}"
@@ -268,10 +275,7 @@ def start_broker(
     _log4j(folder)
     cluster = LocalBroker(
         name,
-        [
-            KafkaNode(i + 1, free_port(), free_port(), free_port())
-            for i in range(nodes)
-        ],
+        [KafkaNode(i + 1, free_port(), free_port(), free_port()) for i in range(nodes)],
         folder,
         folder / f"{name}.log",
     )
@@ -285,10 +289,12 @@ def start_broker(
         cluster.proxy = FaultProxy(cluster.nodes[0].port)
     for node in cluster.nodes:
         advertised = cluster.proxy.port if cluster.proxy else node.port
-        (folder / f"node-{node.node_id}.properties").write_text(
+        _properties_path(cluster, node).write_text(
             _properties(cluster, node, (protocol, str(advertised)), extra)
         )
-    cluster_id = _format(cluster)
+    # A SCRAM user is written into the bootstrap metadata at format time: clients reach only
+    # the secured listener, so the user must exist before the broker answers anyone.
+    _format(cluster, tuple(getattr(security, "format_args", ())))
     _live.append(cluster)
     try:
         for node in cluster.nodes:
@@ -298,13 +304,13 @@ def start_broker(
         cluster.stop()
         raise
     cluster.started_at = time.time()
-    del cluster_id
     return cluster
 
 
-def _format(cluster: LocalBroker) -> str:
-    """Format every node's log folder with one cluster id, all nodes in one JVM each, started
-    together (the format step is a JVM start, ~1 s)."""
+def _format(cluster: LocalBroker, extra_args: tuple[str, ...] = ()) -> None:
+    """Format every node's log folder with one cluster id, the nodes' format JVMs started
+    together (each is a JVM start, ~1 s); `extra_args` go to the format command
+    (`--add-scram`)."""
     cluster_id = _cluster_id()
     formats = [
         subprocess.Popen(
@@ -316,7 +322,8 @@ def _format(cluster: LocalBroker) -> str:
                 "-t",
                 cluster_id,
                 "-c",
-                str(cluster.folder / f"node-{node.node_id}.properties"),
+                str(_properties_path(cluster, node)),
+                *extra_args,
             ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -330,7 +337,6 @@ def _format(cluster: LocalBroker) -> str:
             raise BrokerError(
                 f"cluster {cluster.name}: formatting failed: {out.decode(errors='replace')[-400:]}"
             )
-    return cluster_id
 
 
 def _cluster_id() -> str:

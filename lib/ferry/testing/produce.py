@@ -8,7 +8,6 @@ Producers are idempotent, so records land in the order given even when a request
 from __future__ import annotations
 
 import time
-
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise

@@ -1,0 +1,62 @@
+"""The clusters every integration test, fault test, cluster test, the demo and the benchmarks run
+on are Apache Kafka: nothing in `ferry.testing` can start anything else."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from ferry.testing.artifacts import KAFKA, KAFKA_VERSION, fetch
+
+pytestmark = pytest.mark.integration
+
+TESTING = Path(__file__).resolve().parents[2] / "lib" / "ferry" / "testing"
+
+
+def _command_line(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+
+
+def test_every_test_cluster_is_apache_kafka(cluster, clusters):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    jars = fetch(KAFKA) / "lib"
+    for broker in (cluster, *clusters):
+        for node in broker.nodes:
+            assert node.is_running()
+            argv = _command_line(node.process.pid)
+            assert argv[0].endswith("java") and argv[-2] == "kafka.Kafka", argv
+            classpath = argv[argv.index("-cp") + 1].split(":")
+            assert str(jars / f"kafka_2.13-{KAFKA_VERSION}.jar") in classpath
+            assert all(p.startswith(str(jars)) for p in classpath)
+        # The broker answers as Apache Kafka in KRaft mode: its own configuration says so.
+        admin = AdminClient(broker.config)
+        resource = ConfigResource(ResourceType.BROKER, str(broker.nodes[0].node_id))
+        configs = admin.describe_configs([resource])[resource].result(timeout=30)
+        assert configs["process.roles"].value == "broker,controller"
+        assert admin.describe_cluster().result(timeout=30).cluster_id
+
+
+def test_the_testing_package_starts_only_kafka_jvms():
+    """Every process `ferry.testing` starts is a `java` command built by `brokers._java`
+    (Kafka's main classes on Kafka's classpath); a test fails if a module starts anything else."""
+    launches = []
+    for path in sorted(TESTING.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in {"Popen", "run", "call", "check_call", "check_output"}:
+                    owner = node.func.value
+                    if isinstance(owner, ast.Name) and owner.id == "subprocess":
+                        first = node.args[0] if node.args else None
+                        launches.append((path.name, ast.unparse(first) if first else ""))
+    allowed = {
+        ("brokers.py", "_java("),  # kafka.Kafka and kafka.tools.StorageTool
+        ("artifacts.py", "command"),  # java -jar ivy.jar: fetches the jars, starts no broker
+        ("security.py", ""),  # openssl/keytool for test certificates
+    }
+    for name, first in launches:
+        assert any(name == a and first.startswith(b) for a, b in allowed), (name, first)
+    assert ("brokers.py", "_java(") in {(n, f[:6]) for n, f in launches}
