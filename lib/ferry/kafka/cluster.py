@@ -10,10 +10,12 @@ Spark's executors. `consumer_conf` is the one consumer configuration: every reco
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ferry.config import ConfigError
 from ferry.shipping import local_paths
 
 if TYPE_CHECKING:
@@ -22,6 +24,35 @@ if TYPE_CHECKING:
 
 class ClusterError(RuntimeError):
     """A cluster call failed; the message names the cluster and what was asked."""
+
+
+class ClusterRefusedError(ClusterError, ConfigError):
+    """The cluster and this client's security settings disagree: authentication failed (a
+    wrong SASL password or user), the broker's certificate is not trusted (`ssl.ca.location`),
+    or the broker refused the client's certificate. A ConfigError, so exit code 2: running
+    again unchanged cannot succeed (unlike an unreachable cluster, exit 1), and a scheduler
+    that retries failed runs should not keep presenting bad credentials."""
+
+
+# librdkafka reports these only to `error_cb`: the request itself just times out.
+# "SSL alert number" is a TLS alert the broker sent (it refused our certificate).
+_REFUSAL_TEXT = re.compile(r"SSL alert number")
+_BROKER_PREFIX = re.compile(r"^\S+://\S+: ")  # "sasl_ssl://127.0.0.1:9093/bootstrap: "
+_IN_STATE = re.compile(r" \(after \d+ms in state \w+\)$")
+
+
+def refusal(err) -> str | None:  # noqa: ANN001 - a KafkaError
+    """The cause, in one line, when `err` says the cluster refused this client (or this client
+    refused the cluster's certificate); None for any other error."""
+    from confluent_kafka import KafkaError as E
+
+    text = err.str() if hasattr(err, "str") else str(err)
+    refused = err.code() in (E._AUTHENTICATION, E._SSL, E.SASL_AUTHENTICATION_FAILED) or (
+        err.code() == E._TRANSPORT and _REFUSAL_TEXT.search(text) is not None
+    )
+    if not refused:
+        return None
+    return _IN_STATE.sub("", _BROKER_PREFIX.sub("", text.splitlines()[0] if text else ""))
 
 
 class CommitUnknownError(ClusterError):
@@ -52,6 +83,7 @@ class Cluster:
     max_records_per_task: int = 50_000  # reads through Spark: offsets per task at most
     driver_max_offsets: int = 250_000  # reads of at most this many offsets run on the driver
     _admin: object = field(default=None, init=False, repr=False, compare=False)
+    _refusals: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, cfg: FerryConfig, section: str) -> Cluster:
@@ -84,9 +116,23 @@ class Cluster:
 
         if self._admin is None:
             conf = local_paths(self.conf)  # files shipped by spark-submit.sh (ferry.shipping)
-            client = AdminClient({**conf, "log_level": 0, "error_cb": lambda _err: None})
+            refusals: list[str] = []  # the callback holds this, not self: no reference cycle
+
+            def note(err) -> None:  # noqa: ANN001 - served by admin().poll() only
+                cause = refusal(err)
+                if cause is not None:
+                    refusals.append(cause)
+
+            client = AdminClient({**conf, "log_level": 0, "error_cb": note})
+            object.__setattr__(self, "_refusals", refusals)
             object.__setattr__(self, "_admin", client)
         return self._admin
+
+    @property
+    def refused(self) -> str | None:
+        """The last refusal (see `refusal`) the current AdminClient reported to its error_cb,
+        once its poll() has served it; every other error is the request's own to report."""
+        return self._refusals[-1] if self._refusals else None
 
     def renew_admin(self) -> None:
         """Drop the AdminClient; the next call builds a fresh one (new connections).
