@@ -28,7 +28,6 @@ from pathlib import Path
 
 from ferry import kafka
 from ferry.testing.brokers import local_brokers
-from ferry.testing.coordinator import OffsetCommit, produce_offset_commits
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,14 +163,11 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
             ]
             produce(dst_conf, f"src.{topic}", p, replicated)
             total += len(records)
-    # Every commit made on the destination, for its `__consumer_offsets` (see decode_offsets).
-    commits: list[OffsetCommit] = []
     for group, offsets in GROUPS.items():
         commit_offsets(src_conf, group, offsets)
     for group in SYNCED_GROUPS:
         synced = mm2_translation(GROUPS[group])
         commit_offsets(dst_conf, group, synced)
-        commits += offset_commits(group, synced)
     print(
         f"demo: {total} records on the source, replicated from offset {REPLICATED_FROM}; "
         f"{len(GROUPS)} stopped groups; orders has {len(IDENTICAL_RUN)} identical records "
@@ -197,8 +193,6 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
     demo.run("audit", migrate_yaml, label="audit MM2's translations", summary=_audit_line)
     demo.run("migrate", migrate_yaml, label="dry run", show_output=True)
     demo.run("migrate", migrate_yaml, "--execute", label="execute")
-    for group, offsets in GROUPS.items():
-        commits += offset_commits(group, exact(offsets))
     # What the next scheduled run does: every group is ALREADY_MIGRATED, nothing moves.
     demo.run("migrate", migrate_yaml, "--execute", label="scheduled rerun")
     landed = check_landed(dst_conf)
@@ -213,16 +207,13 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
                 moved = {tp: min(end, o + READ_PER_SNAPSHOT[group]) for tp, o in offsets.items()}
                 if moved != offsets:
                     commit_offsets(dst_conf, group, moved)
-                    commits += offset_commits(group, moved)
                     positions[group] = moved
         demo.run("lag-snapshot", lag_yaml, label=f"lag snapshot {n} of {SNAPSHOTS}")
     demo.run("lag-status", lag_yaml, label="lag status (Burrow's rules)")
 
-    # Tansu keeps committed offsets in its own storage: the group coordinator's records of the
-    # commits above are written to the destination's `__consumer_offsets` here, in Kafka's
-    # binary layout, for decode-offsets to read as it would on any Kafka cluster.
-    produce_offset_commits(dst_conf, commits)
-    demo.run("decode-offsets", lag_yaml, label=f"decode {len(commits)} offset commits")
+    # The destination's group coordinator recorded every commit above (MM2's syncs, migrate's,
+    # the consumers' progress) in its `__consumer_offsets`: decoded from there.
+    demo.run("decode-offsets", lag_yaml, label="decode the destination's __consumer_offsets")
 
     overview = work / "overview.yaml"
     overview.write_text(
@@ -242,11 +233,6 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
         f"notebooks/ferry_overview.ipynb plots their tables (it reads {overview})"
     )
     return landed
-
-
-def offset_commits(group: str, offsets: Offsets) -> list[OffsetCommit]:
-    now = int(time.time() * 1000)
-    return [OffsetCommit(group, t, p, o, now) for (t, p), o in sorted(offsets.items())]
 
 
 def lag_tables_yaml(paths: Mapping[str, Path]) -> str:

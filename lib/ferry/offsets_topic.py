@@ -20,13 +20,17 @@ accepts) and returns one of:
   assignment, assignment_raw, assignment_note);
 - `{"kind": "unsupported", "key_version", "key", "value"}` for key versions >= 3, the newer
   coordinator record types (KIP-848 consumer groups, share and streams groups): kept raw,
-  never an error, because a newer cluster writes them as a matter of course.
+  never an error, because a newer cluster writes them as a matter of course (on Kafka 4 every
+  consumer with `group.protocol=consumer` does; their offset commits are ordinary
+  OffsetCommitKey records all the same). A null value is kept as null.
 
 Numbers are as written: times are epoch milliseconds (-1 is Kafka's "none"), and a field the
 record's version does not have is None (leader_epoch before v3, expire_timestamp outside v1,
 current_state_timestamp before v2, rebalance_timeout_ms in v0, group_instance_id before v3).
 A value version above 4 is read as v4, as Kafka itself does since KIP-915: later versions may
-only add tagged fields.
+only add tagged fields. Kafka 4 writes OffsetCommitValue v4 with the topic's id as tagged field
+0 and GroupMetadataValue v3; the metadata string is what the client sent (confluent-kafka
+appends a NUL to a metadata str: "ckpt" is stored as "ckpt\x00").
 
 A record that does not follow its schema (truncated, trailing bytes, a negative length, a null
 where the schema forbids one, invalid UTF-8, no key) raises `OffsetsDecodeError` with the
@@ -66,8 +70,10 @@ OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
 GROUP_METADATA_KEY_VERSION = 2
 HIGHEST_VALUE_VERSION = 4  # OffsetCommitValue and GroupMetadataValue alike
 FIRST_FLEXIBLE_VERSION = 4
-# Newer coordinator record types, named in the unsupported rows' reason (apache/kafka
-# group-coordinator/src/main/resources/common/message/*Key.json).
+# Newer coordinator record types, named in the unsupported rows' reason: Apache Kafka 4.3.1's
+# CoordinatorRecordType (group-coordinator/src/main/resources/common/message/*Key.json). A live
+# consumer-protocol group writes 3 and 5-8, and tombstones for them (4 too) when members leave
+# or the group is deleted; 9 and 18 were types of earlier 4.x releases, since retired.
 NEWER_KEY_TYPES = {
     3: "ConsumerGroupMetadata",
     4: "ConsumerGroupPartitionMetadata",
@@ -75,6 +81,19 @@ NEWER_KEY_TYPES = {
     6: "ConsumerGroupTargetAssignmentMetadata",
     7: "ConsumerGroupTargetAssignmentMember",
     8: "ConsumerGroupCurrentMemberAssignment",
+    10: "ShareGroupMemberMetadata",
+    11: "ShareGroupMetadata",
+    12: "ShareGroupTargetAssignmentMetadata",
+    13: "ShareGroupTargetAssignmentMember",
+    14: "ShareGroupCurrentMemberAssignment",
+    15: "ShareGroupStatePartitionMetadata",
+    16: "ConsumerGroupRegularExpression",
+    17: "StreamsGroupMetadata",
+    19: "StreamsGroupMemberMetadata",
+    20: "StreamsGroupTargetAssignmentMetadata",
+    21: "StreamsGroupTargetAssignmentMember",
+    22: "StreamsGroupCurrentMemberAssignment",
+    23: "StreamsGroupTopology",
 }
 
 KIND_OFFSET_COMMIT = "offset_commit"

@@ -29,7 +29,13 @@ class GroupState(_Named):
     other state — members consuming (STABLE), or a rebalance under way (PREPARING_REBALANCE,
     COMPLETING_REBALANCE, and the KIP-848 ASSIGNING/RECONCILING) — means a consumer may commit
     over what Ferry writes, and UNKNOWN (a state this client cannot name) is not proof of
-    absence: both are refused."""
+    absence: both are refused.
+
+    What confluent-kafka (librdkafka 2.16) reports on Apache Kafka 4: a consumer-protocol
+    (KIP-848) group is EMPTY, STABLE or DEAD like a classic one, but its Assigning and
+    Reconciling states come back as UNKNOWN (the client's state enum has only the classic
+    names) — refused all the same. ASSIGNING and RECONCILING are read when a client names them
+    (tests/integration/test_group_protocols.py)."""
 
     EMPTY = "EMPTY"
     DEAD = "DEAD"

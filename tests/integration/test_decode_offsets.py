@@ -1,96 +1,176 @@
-"""`decode-offsets` end to end on a real local broker.
+"""`decode-offsets` end to end on a real Apache Kafka `__consumer_offsets`.
 
-The tansu test broker keeps committed offsets in its own storage, not in a topic, but it lets
-a client create a topic named `__consumer_offsets` and produce to it. So these tests write
-coordinator records in Kafka's binary layout (built by `ferry.testing.coordinator`, an encoder
-independent of the decoder) into a real `__consumer_offsets`, and the job reads it under its
-default name. The broker is shared by the whole test run: rows are matched to the records
-produced here by their offsets.
+Everything in the topic is written by Kafka's own group coordinator, for what this module does
+on the shared test cluster: offsets committed through the admin API, a classic consumer and a
+KIP-848 consumer (`group.protocol=consumer`) that join, commit and leave, and a group deleted.
+The expected rows are derived from those actions — the offsets, metadata and leader epochs
+committed, the member ids, client ids and assignments the consumers had, the wall-clock
+windows the actions ran in, and the `__consumer_offsets` partition Kafka places a group in —
+never from the decoder's reading. The cluster is shared by the whole run, so rows are picked
+by the groups this module names.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 import textwrap
 import time
+from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pytest
 from deltalake import DeltaTable
 
-from ferry import offsets_topic
-from ferry.testing.coordinator import (
-    assignment,
-    commit_key,
-    commit_value,
-    group_key,
-    group_value,
-    i16,
-    member,
-    string,
-)
-from ferry.testing.produce import Record, create_topics, produce
+from ferry import kafka, offsets_topic
+from ferry.testing.brokers import BROKER_SETTINGS
+from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 from .jobrunner import run_job
+from .test_group_protocols import HOST, live_consumer, wait_for_state
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "__consumer_offsets"
-BASE = int(time.time() * 1000) - 60_000
-T_COMMIT = 1_700_000_000_000
-T_STATE = 1_700_000_100_000
+OFFSETS_PARTITIONS = int(BROKER_SETTINGS["offsets.topic.num.partitions"])
+# The KIP-848 record types (CoordinatorRecordType ids) a consumer-protocol group writes when a
+# member joins, by the names in Kafka's schemas; 5, 7 and 8 are keyed by group and member.
+CONSUMER_GROUP_RECORDS = {
+    3: "ConsumerGroupMetadata",
+    5: "ConsumerGroupMemberMetadata",
+    6: "ConsumerGroupTargetAssignmentMetadata",
+    7: "ConsumerGroupTargetAssignmentMember",
+    8: "ConsumerGroupCurrentMemberAssignment",
+}
+MEMBER_KEYED = {5, 7, 8}
 
 
-def ms(value: int) -> datetime:
-    return datetime.fromtimestamp(value / 1000, timezone.utc)
+def coordinator_partition(group: str) -> int:
+    """The `__consumer_offsets` partition of a group: Utils.abs(groupId.hashCode()) % count."""
+    h = 0
+    for ch in group:  # Java's String.hashCode over UTF-16 code units (ASCII names here)
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    h -= (1 << 32) if h >= 1 << 31 else 0
+    return (0 if h == -(1 << 31) else abs(h)) % OFFSETS_PARTITIONS
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def timed(action: Callable[[], object]) -> tuple[int, int]:
+    """Run `action`; the wall-clock window (epoch ms) it ran in."""
+    start = now_ms()
+    action()
+    return start, now_ms() + 1
+
+
+def within(value: datetime | None, window: tuple[int, int]) -> bool:
+    lo, hi = (datetime.fromtimestamp(t / 1000, timezone.utc) for t in window)
+    return value is not None and lo <= value <= hi
+
+
+def kafka_string(s: str) -> bytes:
+    """A non-flexible key string: int16 length, UTF-8 bytes."""
+    return struct.pack(">h", len(s.encode())) + s.encode()
+
+
+def key_group(key: bytes | None) -> str | None:
+    """The group id every coordinator key starts with, after its int16 record type."""
+    if key is None or len(key) < 4:
+        return None
+    (n,) = struct.unpack(">h", key[2:4])
+    return key[4 : 4 + n].decode(errors="replace") if n >= 0 else None
 
 
 @pytest.fixture(scope="module")
 def world(cluster):
-    """Two partitions of coordinator records of every kind; partition 2 stays empty."""
-    u = f"do{int(time.time() * 1000) % 10**8}"
-    app, legacy, old = f"{u}-app", f"{u}-legacy", f"{u}-old"
-    create_topics(cluster.config, {TOPIC: 3})
-    app0, app1, legacy1 = (
-        commit_key(app, "orders", 0),
-        commit_key(app, "orders", 1),
-        commit_key(legacy, "orders", 1, version=0),
-    )
-    m1 = member(
-        3, "c-1", "client-1", "/10.0.0.1", 45000, assignment([("orders", [0, 1])]), "pod-1", 60000
-    )
-    m2 = member(3, "c-2", "client-2", "/10.0.0.2", 45000, b"", None, 60000)
-    m4 = member(
-        4, "c-1", "client-1", "/10.0.0.1", 45000, assignment([("orders", [1, 0])], version=1),
-        "pod-1", 60000, tags={7: b"new"},
-    )  # fmt: skip
-    p0 = [
-        (app0, commit_value(3, 10, "", T_COMMIT, leader_epoch=1)),
-        (app0, commit_value(4, 20, "ckpt", T_COMMIT + 1, leader_epoch=2, tags={0: b"\x01"})),
-        (legacy1, commit_value(1, 5, "old", T_COMMIT, expire_ts=T_COMMIT + 86_400_000)),
-        (app1, commit_value(0, 7, "", T_COMMIT)),
-        (app1, commit_value(2, 8, "", T_COMMIT + 2)),
-        (legacy1, None),
-    ]
-    p1 = [
-        (group_key(app), group_value(3, "consumer", 1, "range", "c-1", [m1, m2], T_STATE)),
-        (group_key(app), group_value(4, "consumer", 2, "range", "c-1", [m4], T_STATE + 1)),
-        (group_key(old), group_value(0, "consumer", 9, None, None, [])),
-        (group_key(old), None),
-        (i16(3) + string(f"{u}-new"), b"\x00\x00kip-848 record"),  # ConsumerGroupMetadataKey
-        (commit_key(f"{u}-cut", "orders", 0), commit_value(3, 1, "", T_COMMIT)[:-3]),
-        (i16(1) + i16(40) + u.encode(), None),  # the group name claims 40 bytes
-    ]
-    offsets = {}
-    for partition, records in ((0, p0), (1, p1)):
-        produced = produce(
-            cluster.config,
-            TOPIC,
-            partition,
-            [Record(k, v, BASE + i) for i, (k, v) in enumerate(records)],
+    """Four groups' worth of coordinator records, each group's actions timed."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    u = f"do{now_ms() % 10**8}"
+    topic = f"{u}-orders"
+    create_topics(cluster.config, {topic: 2})
+    for p in range(2):
+        produce(cluster.config, topic, p, [Record(b"k", b"v%d" % i) for i in range(10)])
+    admin, classic, kip848, gone = (f"{u}-{n}" for n in ("admin", "classic", "kip848", "gone"))
+    windows: dict[str, tuple[int, int]] = {}
+    # expected offset commit rows: (group, topic, partition, offset, leader epoch, metadata,
+    # is_deletion, window of the action that wrote it)
+    commits: list[tuple] = []
+
+    # Stopped groups committed through the admin API (as migrate, groups and the demo do).
+    window = timed(lambda: commit_offsets(cluster.config, admin, {(topic, 0): 3, (topic, 1): 5}))
+    commits += [(admin, topic, 0, 3, -1, "", False, window),
+                (admin, topic, 1, 5, -1, "", False, window)]  # fmt: skip
+    window = timed(lambda: commit_offsets(cluster.config, admin, {(topic, 0): 7}))
+    commits += [(admin, topic, 0, 7, -1, "", False, window)]
+
+    # A classic consumer: joins, commits with metadata and a leader epoch, leaves.
+    consumer = None
+
+    def join_classic() -> None:
+        nonlocal consumer
+        consumer = live_consumer(cluster.config, classic, topic, "classic", f"{classic}-client")
+
+    windows["classic join"] = timed(join_classic)
+    member = consumer.memberid()
+    assigned = sorted(tp.partition for tp in consumer.assignment())
+    window = timed(
+        lambda: consumer.commit(
+            offsets=[TopicPartition(topic, 0, 4, "ckpt", 0), TopicPartition(topic, 1, 6)],
+            asynchronous=False,
         )
-        offsets[partition] = produced
-    return {"u": u, "app": app, "legacy": legacy, "old": old, "offsets": offsets}
+    )
+    # confluent-kafka sends a str metadata with its C string terminator, and Kafka keeps the
+    # bytes it was sent.
+    commits += [(classic, topic, 0, 4, 0, "ckpt\x00", False, window),
+                (classic, topic, 1, 6, -1, "", False, window)]  # fmt: skip
+    windows["classic leave"] = timed(consumer.close)
+    assert wait_for_state(cluster, classic, {"EMPTY"}) == "EMPTY"
+
+    # A KIP-848 consumer: its group's records are the newer types; its commits are not.
+    def join_kip848() -> None:
+        nonlocal consumer
+        consumer = live_consumer(cluster.config, kip848, topic, "consumer", f"{kip848}-client")
+
+    windows["kip848 join"] = timed(join_kip848)
+    kip848_member = consumer.memberid()
+    window = timed(
+        lambda: consumer.commit(
+            offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 3)],
+            asynchronous=False,
+        )
+    )
+    commits += [(kip848, topic, 0, 2, -1, "", False, window),
+                (kip848, topic, 1, 3, -1, "", False, window)]  # fmt: skip
+    windows["kip848 leave"] = timed(consumer.close)
+    assert wait_for_state(cluster, kip848, {"EMPTY"}) == "EMPTY"
+
+    # A group deleted: a tombstone for each committed offset and for the group.
+    window = timed(lambda: commit_offsets(cluster.config, gone, {(topic, 0): 1, (topic, 1): 2}))
+    commits += [(gone, topic, 0, 1, -1, "", False, window),
+                (gone, topic, 1, 2, -1, "", False, window)]  # fmt: skip
+
+    def delete() -> None:
+        client = AdminClient(dict(cluster.config))
+        assert client.delete_consumer_groups([gone])[gone].result() is None
+
+    windows["gone delete"] = window = timed(delete)
+    commits += [(gone, topic, p, None, None, None, True, window) for p in (0, 1)]
+    assert kafka.committed_offsets(kafka.Cluster("c", cluster.config), [gone])[gone] == {}
+    return {
+        "u": u,
+        "topic": topic,
+        "groups": {"admin": admin, "classic": classic, "kip848": kip848, "gone": gone},
+        "member": member,
+        "assigned": assigned,
+        "kip848_member": kip848_member,
+        "commits": commits,
+        "windows": windows,
+    }
 
 
 def write_config(cluster, tmp_path, name: str) -> tuple[str, dict[str, str]]:
@@ -115,27 +195,14 @@ def write_config(cluster, tmp_path, name: str) -> tuple[str, dict[str, str]]:
 
 
 def table(path: str) -> list[dict]:
-    """A Delta table's rows, read with deltalake (independently of the job's Spark)."""
-    return DeltaTable(path).to_pyarrow_table().to_pylist()
+    """A Delta table's rows, read with deltalake (independently of the job's Spark), in
+    record order."""
+    rows = DeltaTable(path).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: (r["record_partition"], r["record_offset"]))
 
 
-def ours(rows: list[dict], world, *positions: tuple[int, int]) -> list[dict]:
-    """Rows of the records this module produced, as (partition, index) → by record order."""
-    wanted = (
-        {(p, world["offsets"][p][i]) for p, i in positions}
-        if positions
-        else {(p, o) for p, offs in world["offsets"].items() for o in offs}
-    )
-    picked = [r for r in rows if (r["record_partition"], r["record_offset"]) in wanted]
-    return sorted(picked, key=lambda r: (r["record_partition"], r["record_offset"]))
-
-
-def commit_tuple(r: dict) -> tuple:
-    return (
-        r["group"], r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["metadata"],
-        r["commit_timestamp"], r["expire_timestamp"], r["is_deletion"], r["key_version"],
-        r["value_version"],
-    )  # fmt: skip
+def of(rows: list[dict], *groups: str) -> list[dict]:
+    return [r for r in rows if r["group"] in groups]
 
 
 def run_decode(config: str, *argv: str):
@@ -144,7 +211,7 @@ def run_decode(config: str, *argv: str):
     return result
 
 
-def check_summary(result, paths) -> None:
+def check_summary(result, paths) -> dict:
     """The summary counts exactly what the tables hold for this run."""
     summary = {r["kind"]: r for r in json.loads(result.stdout)}
     assert set(summary) == {"offset_commit", "group_metadata", "unsupported", "malformed"}
@@ -152,115 +219,180 @@ def check_summary(result, paths) -> None:
     assert summary["offset_commit"]["records"] == len(commits)
     assert summary["offset_commit"]["deletions"] == sum(r["is_deletion"] for r in commits)
     assert summary["group_metadata"]["records"] == len(groups)
+    assert summary["group_metadata"]["deletions"] == sum(r["is_deletion"] for r in groups)
     for kind in ("unsupported", "malformed"):
         assert summary[kind]["records"] == sum(r["kind"] == kind for r in quarantine)
         assert summary[kind]["path"] == paths["quarantine"]
     assert summary["offset_commit"]["path"] == paths["commits"]
     assert "written via deltalake" in result.stderr or "written via delta-spark" in result.stderr
+    return summary
 
 
-def test_earliest_decodes_every_record_of_every_version(cluster, world, tmp_path):
+def test_earliest_decodes_what_the_coordinator_wrote(cluster, world, tmp_path):
     config, paths = write_config(cluster, tmp_path, "earliest")
     result = run_decode(config)
-    check_summary(result, paths)
-    malformed = {r["kind"]: r for r in json.loads(result.stdout)}["malformed"]["records"]
-    assert f"warning: {malformed} malformed records quarantined in {paths['quarantine']}" in (
-        result.stderr
+    summary = check_summary(result, paths)
+    # Kafka's coordinator writes nothing this decoder cannot read.
+    assert summary["malformed"]["records"] == 0
+    assert "malformed records quarantined" not in result.stderr
+    g = world["groups"]
+
+    # Offset commits: every commit and deletion, from every group, as committed.
+    commits = of(table(paths["commits"]), *g.values())
+    assert Counter(
+        (r["group"], r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["metadata"],
+         r["is_deletion"])
+        for r in commits
+    ) == Counter(c[:7] for c in world["commits"])  # fmt: skip
+    for row in commits:
+        [window] = [c[7] for c in world["commits"] if c[:7] == (
+            row["group"], row["topic"], row["partition"], row["offset"], row["leader_epoch"],
+            row["metadata"], row["is_deletion"])]  # fmt: skip
+        assert row["record_partition"] == coordinator_partition(row["group"]), row
+        assert within(row["record_timestamp"], window), row
+        assert row["key_version"] == 1 and row["expire_timestamp"] is None, row
+        if row["is_deletion"]:
+            assert row["value_version"] is None and row["commit_timestamp"] is None, row
+        else:  # a leader epoch is stored: value v3 or later
+            assert row["value_version"] >= 3 and within(row["commit_timestamp"], window), row
+    assert {r["read_from"] for r in commits} == {"earliest"}
+    assert len({r["run_id"] for r in commits}) == 1
+    # A deletion comes after the commits it deletes.
+    gone = of(commits, g["gone"])
+    assert [r["is_deletion"] for r in gone] == [False, False, True, True]
+
+    # Group metadata: the classic consumer's generation with its member, then the empty
+    # generation its leaving made; the deleted group's tombstone. Groups committed only
+    # through the admin API, and consumer-protocol groups, have no GroupMetadata records.
+    groups = table(paths["groups"])
+    assert of(groups, g["admin"], g["kip848"]) == []
+    classic = of(groups, g["classic"])
+    assert {r["record_partition"] for r in classic} == {coordinator_partition(g["classic"])}
+    with_member = [r for r in classic if r["members"]]
+    assert len(with_member) == 1, classic
+    [joined] = with_member
+    assert (joined["protocol_type"], joined["protocol"], joined["leader"]) == (
+        "consumer",
+        "range",
+        world["member"],
     )
-
-    app, legacy = world["app"], world["legacy"]
-    commits = ours(table(paths["commits"]), world)
-    assert [commit_tuple(r) for r in commits] == [
-        (app, "orders", 0, 10, 1, "", ms(T_COMMIT), None, False, 1, 3),
-        (app, "orders", 0, 20, 2, "ckpt", ms(T_COMMIT + 1), None, False, 1, 4),
-        (legacy, "orders", 1, 5, None, "old", ms(T_COMMIT), ms(T_COMMIT + 86_400_000), False, 0, 1),
-        (app, "orders", 1, 7, None, "", ms(T_COMMIT), None, False, 1, 0),
-        (app, "orders", 1, 8, None, "", ms(T_COMMIT + 2), None, False, 1, 2),
-        (legacy, "orders", 1, None, None, None, None, None, True, 0, None),
-    ]
-    assert [r["record_timestamp"] for r in commits] == [ms(BASE + i) for i in range(6)]
-    assert {r["read_from"] for r in commits} == {"earliest"} and len(
-        {r["run_id"] for r in commits}
-    ) == 1
-
-    groups = ours(table(paths["groups"]), world)
-    assert [
-        (g["group"], g["generation"], g["protocol"], g["leader"], g["is_deletion"]) for g in groups
-    ] == [
-        (app, 1, "range", "c-1", False),
-        (app, 2, "range", "c-1", False),
-        (world["old"], 9, None, None, False),
-        (world["old"], None, None, None, True),
-    ]
-    assert [g["current_state_timestamp"] for g in groups] == [
-        ms(T_STATE),
-        ms(T_STATE + 1),
-        None,
-        None,
-    ]
-    assert [g["value_version"] for g in groups] == [3, 4, 0, None]
-    first, second = groups[0]["members"], groups[1]["members"]
-    assert first == [
+    assert joined["generation"] >= 1 and not joined["is_deletion"]
+    assert within(joined["current_state_timestamp"], world["windows"]["classic join"])
+    assert joined["members"] == [
         {
-            "member_id": "c-1",
-            "group_instance_id": "pod-1",
-            "client_id": "client-1",
-            "client_host": "/10.0.0.1",
-            "rebalance_timeout_ms": 60000,
-            "session_timeout_ms": 45000,
-            "assignment": [{"topic": "orders", "partitions": [0, 1]}],
-            "assignment_raw": None,
-            "assignment_note": None,
-        },
-        {
-            "member_id": "c-2",
+            "member_id": world["member"],
             "group_instance_id": None,
-            "client_id": "client-2",
-            "client_host": "/10.0.0.2",
-            "rebalance_timeout_ms": 60000,
-            "session_timeout_ms": 45000,
-            "assignment": [],
+            "client_id": f"{g['classic']}-client",
+            "client_host": HOST,
+            "rebalance_timeout_ms": 300000,  # max.poll.interval.ms, librdkafka's default
+            "session_timeout_ms": 30000,
+            "assignment": [{"topic": world["topic"], "partitions": world["assigned"]}],
             "assignment_raw": None,
             "assignment_note": None,
-        },
+        }
     ]
-    assert [(m["member_id"], m["assignment"]) for m in second] == [
-        ("c-1", [{"topic": "orders", "partitions": [1, 0]}])
-    ]
-    assert groups[2]["members"] == [] and groups[3]["members"] is None
+    left = classic[-1]
+    assert (left["members"], left["protocol"], left["leader"], left["is_deletion"]) == (
+        [], None, None, False,
+    )  # fmt: skip
+    assert left["generation"] == joined["generation"] + 1
+    assert within(left["current_state_timestamp"], world["windows"]["classic leave"])
+    [deleted] = of(groups, g["gone"])
+    assert (deleted["is_deletion"], deleted["members"], deleted["generation"]) == (True, None, None)
+    assert within(deleted["record_timestamp"], world["windows"]["gone delete"])
 
-    quarantine = ours(table(paths["quarantine"]), world)
-    assert [(q["kind"], q["key_version"], q["record_offset"]) for q in quarantine] == [
-        ("unsupported", 3, world["offsets"][1][4]),
-        ("malformed", 1, world["offsets"][1][5]),
-        ("malformed", 1, world["offsets"][1][6]),
-    ]
-    assert quarantine[0]["value"] == b"\x00\x00kip-848 record"
-    assert quarantine[0]["key"] == i16(3) + string(f"{world['u']}-new")
-    assert quarantine[1]["reason"].startswith("OffsetCommitValue v3: truncated")
-    assert quarantine[2]["reason"].startswith("OffsetCommitKey v1: truncated")
-    assert quarantine[2]["value"] is None and quarantine[2]["record_topic"] == TOPIC
+    # The KIP-848 group's own records: kept raw, each named, its member's deleted on leaving.
+    quarantine = [r for r in table(paths["quarantine"]) if key_group(r["key"]) == g["kip848"]]
+    assert quarantine and {r["kind"] for r in quarantine} == {"unsupported"}
+    member_key = kafka_string(g["kip848"]) + kafka_string(world["kip848_member"])
+    for row in quarantine:
+        record_type = row["key_version"]
+        assert row["key"][:2] == struct.pack(">h", record_type)
+        assert row["record_topic"] == TOPIC
+        assert row["record_partition"] == coordinator_partition(g["kip848"])
+        if record_type in MEMBER_KEYED:
+            assert row["key"][2:] == member_key, row
+        if record_type in CONSUMER_GROUP_RECORDS:
+            assert f"{CONSUMER_GROUP_RECORDS[record_type]}Key" in row["reason"], row
+    join = world["windows"]["kip848 join"]
+    written = {r["key_version"] for r in quarantine if within(r["record_timestamp"], join)}
+    assert set(CONSUMER_GROUP_RECORDS) <= written, written
+    member_metadata = [r["value"] for r in quarantine if r["key_version"] == 5 and r["value"]]
+    assert member_metadata  # the records' own bytes, untouched: client id and host inside
+    assert all(f"{g['kip848']}-client".encode() in v and HOST.encode() in v
+               for v in member_metadata)  # fmt: skip
+    leave = world["windows"]["kip848 leave"]
+    deleted = {r["key_version"] for r in quarantine
+               if r["value"] is None and within(r["record_timestamp"], leave)}  # fmt: skip
+    assert deleted == MEMBER_KEYED
 
 
 def test_latest_snapshot_keeps_the_last_record_per_key(cluster, world, tmp_path):
     config, paths = write_config(cluster, tmp_path, "snapshot")
-    result = run_decode(config, "--from", "latest-snapshot", "-o", "csv")
-    assert result.stdout.splitlines()[0] == "kind,records,deletions,path"
-
-    commits = ours(table(paths["commits"]), world)
-    assert [(r["group"], r["partition"], r["offset"], r["is_deletion"]) for r in commits] == [
-        (world["app"], 0, 20, False),
-        (world["app"], 1, 8, False),
-        (world["legacy"], 1, None, True),  # the tombstone is the latest: kept, as a deletion
-    ]
+    result = run_decode(config, "--from", "latest-snapshot")
+    check_summary(result, paths)
+    g = world["groups"]
+    commits = of(table(paths["commits"]), *g.values())
+    latest = Counter((r["group"], r["partition"], r["offset"], r["is_deletion"]) for r in commits)
+    assert latest == (
+        Counter([
+            (g["admin"], 0, 7, False),  # 3, then 7
+            (g["admin"], 1, 5, False),
+            (g["classic"], 0, 4, False),
+            (g["classic"], 1, 6, False),
+            (g["gone"], 0, None, True),  # the tombstone is the latest: kept, as a deletion
+            (g["gone"], 1, None, True),
+            (g["kip848"], 0, 2, False),
+            (g["kip848"], 1, 3, False),
+        ])
+    )  # fmt: skip
     assert {r["read_from"] for r in commits} == {"latest-snapshot"}
-    groups = ours(table(paths["groups"]), world)
-    assert [(g["group"], g["generation"], g["is_deletion"]) for g in groups] == [
-        (world["app"], 2, False),
-        (world["old"], None, True),
+    groups = of(table(paths["groups"]), *g.values())
+    assert [(r["group"], r["members"], r["is_deletion"]) for r in groups] == sorted(
+        [(g["classic"], [], False), (g["gone"], None, True)],
+        key=lambda r: coordinator_partition(r[0]),
+    )
+    # The KIP-848 member's records end in their tombstones; the group's own records remain.
+    raw = {
+        r["key_version"]: r["value"]
+        for r in table(paths["quarantine"])
+        if key_group(r["key"]) == g["kip848"]
+    }
+    assert {t for t, v in raw.items() if v is None} == MEMBER_KEYED
+    assert raw[3] is not None and raw[6] is not None
+
+
+def test_records_that_are_not_coordinator_records_are_quarantined(cluster, tmp_path, unique):
+    """Any topic can be decoded (`--topic`, e.g. a mirrored copy of `__consumer_offsets`):
+    records that follow no coordinator schema land in quarantine with the reason, exit 0."""
+    create_topics(cluster.config, {unique: 1})
+    junk = [
+        (b"\x00\x01\x00", b"x"),  # an OffsetCommitKey v1 cut after one byte of its group
+        (None, b"no key"),
+        (b"\x00\x02\x00\x01g", b"\x00"),  # a GroupMetadataKey whose value is one byte
+        (b"\x00\x63zz", b"raw"),  # record type 99
     ]
-    # Unsupported and malformed records have distinct keys: each is its own latest.
-    assert len(ours(table(paths["quarantine"]), world)) == 3
+    offsets = produce(cluster.config, unique, 0, [Record(k, v) for k, v in junk])
+    config, paths = write_config(cluster, tmp_path, "junk")
+    result = run_decode(config, "--topic", unique)
+    summary = check_summary(result, paths)
+    assert [summary[k]["records"] for k in ("offset_commit", "group_metadata")] == [0, 0]
+    assert (summary["malformed"]["records"], summary["unsupported"]["records"]) == (3, 1)
+    assert f"warning: 3 malformed records quarantined in {paths['quarantine']}" in result.stderr
+    rows = table(paths["quarantine"])
+    assert [
+        (r["record_offset"], r["kind"], r["key_version"], r["key"], r["value"]) for r in rows
+    ] == [
+        (offsets[0], "malformed", 1, junk[0][0], junk[0][1]),
+        (offsets[1], "malformed", None, None, junk[1][1]),
+        (offsets[2], "malformed", 2, junk[2][0], junk[2][1]),
+        (offsets[3], "unsupported", 99, junk[3][0], junk[3][1]),
+    ]  # fmt: skip
+    assert rows[0]["reason"].startswith("OffsetCommitKey v1: truncated")
+    assert rows[1]["reason"] == "record has no key"
+    assert rows[2]["reason"].startswith("GroupMetadataValue: truncated")
+    assert "newer than this decoder" in rows[3]["reason"]
+    assert {r["record_topic"] for r in rows} == {unique}
 
 
 def test_config_and_topic_errors_are_one_line_exit_2(cluster, tmp_path):

@@ -23,7 +23,6 @@ from deltalake import DeltaTable
 
 from ferry import kafka
 from ferry.testing.brokers import start_broker
-from ferry.testing.coordinator import commit_key, commit_value
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.proxy import (
     API_CONSUMER_GROUP_DESCRIBE,
@@ -41,7 +40,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 NOW_MS = int(time.time() * 1000)
 BASE = NOW_MS - 600_000  # records one second apart, starting ten minutes ago
 COUNTS = {("a", 0): 30, ("a", 1): 20, ("b", 0): 25}
-OFFSETS_TOPIC = "__consumer_offsets"
 TIMEOUT_MS = 6000  # reader.timeout_ms: bounds every failure of a cluster gone for good
 RETRY_MS = 10 * TIMEOUT_MS  # admin.retry_ms: for a cluster that answers "not yet"
 SLACK_S = 4.0  # a cut is noticed by the next request or poll; process and session teardown
@@ -67,28 +65,21 @@ def healthy(broker):
 
 @pytest.fixture(scope="module")
 def world(broker):
-    """Topics a (2 partitions) and b (1), records one second apart; a `__consumer_offsets`
-    with a few offset-commit records in Kafka's layout (the broker keeps its own offsets
-    elsewhere, so the job decodes exactly these)."""
+    """Topics a (2 partitions) and b (1), records one second apart; a group `u-app` whose
+    offsets on a are committed eleven times, through the proxy, so the broker's own
+    `__consumer_offsets` holds their records for `decode-offsets`."""
     u = f"fj{int(time.time() * 1000) % 10**8}"
     topics = {"a": f"{u}-a", "b": f"{u}-b"}
-    create_topics(broker.config, {topics["a"]: 2, topics["b"]: 1, OFFSETS_TOPIC: 2})
+    create_topics(broker.config, {topics["a"]: 2, topics["b"]: 1})
     for (t, p), n in COUNTS.items():
         records = [Record(b"k", f"{t}{p}-{i}".encode(), BASE + i * 1000) for i in range(n)]
         produce(broker.config, topics[t], p, records)
-    coordinator = {
-        p: [
-            Record(commit_key(f"{u}-app", "orders", p), commit_value(3, 10 * i, "", BASE + i), BASE)
-            for i in range(1, 6 + p)
-        ]
-        for p in (0, 1)
-    }
-    for p, records in coordinator.items():
-        produce(broker.config, OFFSETS_TOPIC, p, records)
-    expected_commits = sorted(
-        (f"{u}-app", "orders", p, 10 * i) for p in (0, 1) for i in range(1, 6 + p)
-    )
-    return {"u": u, "topics": topics, "commits": expected_commits}
+    expected_commits = []
+    for p in (0, 1):
+        for i in range(1, 6 + p):
+            commit_offsets(broker.config, f"{u}-app", {(topics["a"], p): i})
+            expected_commits.append((f"{u}-app", topics["a"], p, i))
+    return {"u": u, "topics": topics, "commits": sorted(expected_commits)}
 
 
 def tp(world, key: tuple[str, int]) -> tuple[str, int]:
@@ -354,11 +345,14 @@ def test_groups_copy_cluster_gone(broker, world, tmp_path, unique):
 # ---------------------------------------------------------------------------- decode-offsets
 
 
+def commit_rows(tmp_path: Path) -> list[dict]:
+    return DeltaTable(str(tmp_path / "commits")).to_pyarrow_table().to_pylist()
+
+
 def decoded(tmp_path: Path, world) -> list[tuple]:
-    rows = DeltaTable(str(tmp_path / "commits")).to_pyarrow_table().to_pylist()
     return sorted(
         (r["group"], r["topic"], r["partition"], r["offset"])
-        for r in rows
+        for r in commit_rows(tmp_path)
         if r["group"].startswith(world["u"])
     )
 
@@ -370,8 +364,9 @@ def test_decode_offsets_survives_dropped_connections(broker, world, tmp_path):
     assert [f.is_set() for f in fired] == [True, True], ("a fault was not staged", result.stderr)
     assert result.code == 0, result.stderr
     assert decoded(tmp_path, world) == world["commits"]
+    # The other tests' groups are in the topic too: the summary counts every row written.
     summary = {r["kind"]: r["records"] for r in json.loads(result.stdout)}
-    assert summary["offset_commit"] == len(world["commits"])
+    assert summary["offset_commit"] == len(commit_rows(tmp_path))
 
 
 def test_decode_offsets_cluster_gone(broker, world, tmp_path):

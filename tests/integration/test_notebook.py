@@ -5,7 +5,8 @@ The data: on two local brokers a group whose destination offset a translator lef
 behind, an `audit` of it, then `migrate` as a scheduler runs it (dry run, execute, and the next
 scheduled execute that finds the group already migrated); on one broker three `lag-snapshot`
 runs around a consumer that advances, each followed by `lag-status` with a status table, and
-`decode-offsets` over coordinator records in Kafka's binary layout.
+`decode-offsets` over that broker's `__consumer_offsets`, which holds those commits (and the
+other tests' on the shared broker).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from nbclient import NotebookClient
 
 from ferry import overview
 from ferry.config import load_config
-from ferry.testing.coordinator import OffsetCommit, produce_offset_commits
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 from ..unit.test_overview import overlapping_texts
@@ -96,10 +96,8 @@ def tables(clusters, cluster, tmp_path_factory):
         result = run_job("lag-status", "--config", config, "--quiet")
         assert result.code in (0, 1), result.stderr
 
-    offsets_topic = f"{u}-offsets"
-    commits = [OffsetCommit(group, topic, 0, n, now - 600_000 + n * 40_000) for n in range(12)]
-    produce_offset_commits(cluster.config, commits, topic=offsets_topic)
-    result = run_job("decode-offsets", "--config", config, "--topic", offsets_topic, "--quiet")
+    # The commits above, as the group coordinator recorded them.
+    result = run_job("decode-offsets", "--config", config, "--quiet")
     assert result.code == 0, result.stderr
     return {"config": config, "group": group}
 

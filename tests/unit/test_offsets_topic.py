@@ -1,8 +1,9 @@
 """The `__consumer_offsets` decoder on hand-built records, and its Spark transforms.
 
-Records are built by the encoder in `ferry.testing.coordinator`, written from Kafka's message
-schemas independently of the decoder; a few literal byte strings, spelled out by hand, pin the
-encoder itself.
+Records are built by the encoder in `coordinator_records` (beside this file), written from
+Kafka's message schemas independently of the decoder; a few literal byte strings, spelled out by
+hand, pin the encoder itself, and a few are records Apache Kafka 4.3.1's group coordinator wrote
+(the integration tests decode such records on a live cluster).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 
 from ferry import offsets_topic as ot
 from ferry.offsets_topic import OffsetsDecodeError, decode_record
-from ferry.testing.coordinator import (
+
+from .coordinator_records import (
     assignment,
     commit_key,
     commit_value,
@@ -109,6 +111,101 @@ def test_literal_group_metadata_v4():
             }
         ],
     }
+
+
+# ------------------------------------------------------ records Apache Kafka 4.3.1 wrote
+
+# A classic consumer (client.id "cid-classic", session 20 s, max.poll.interval 60 s, range
+# assignor) of group "g-classic" on topic "t" (two partitions), and a consumer-protocol
+# (KIP-848) group "g-consumer", as read back from `__consumer_offsets`.
+KAFKA_MEMBER = "cid-classic-9a4a444b-0fc6-444d-9381-72a50a7982db"
+KAFKA_TOPIC_ID = bytes.fromhex("502e5e81d0e04116af9e0143491e4cad")
+
+
+def test_kafka_offset_commit_v4_with_metadata_leader_epoch_and_topic_id_tag():
+    # confluent-kafka sends a str metadata with its C terminator: "ckpt" arrives as "ckpt\0".
+    # Kafka 4 writes value v4 with the topic id as tagged field 0 (skipped).
+    key = bytes.fromhex("0001 0009") + b"g-classic" + bytes.fromhex("0001 74 00000000")
+    value = (
+        bytes.fromhex("0004 0000000000000004 00000000 06") + b"ckpt\x00"
+        + bytes.fromhex("000001a20d7d6131 01 00 10") + KAFKA_TOPIC_ID
+    )  # fmt: skip
+    assert decode_record(key, value) == {
+        "kind": "offset_commit",
+        "key_version": 1,
+        "value_version": 4,
+        "group": "g-classic",
+        "topic": "t",
+        "partition": 0,
+        "offset": 4,
+        "leader_epoch": 0,
+        "metadata": "ckpt\x00",
+        "commit_timestamp": 1_795_522_650_417,
+        "expire_timestamp": None,
+        "is_deletion": False,
+    }
+
+
+def test_kafka_group_metadata_v3_of_a_classic_consumer():
+    member_id = KAFKA_MEMBER.encode()
+    value = (
+        bytes.fromhex("0003 0008") + b"consumer" + bytes.fromhex("00000001 0005") + b"range"
+        + bytes.fromhex("0030") + member_id + bytes.fromhex("000001a20d7d60b5 00000001 0030")
+        + member_id + bytes.fromhex("ffff 000b") + b"cid-classic" + bytes.fromhex("000a")
+        + b"/127.0.0.1" + bytes.fromhex("0000ea60 00004e20")
+        # subscription (ConsumerProtocolSubscription v3: "t", no user data, no owned
+        # partitions, generation -1, rack ""; not decoded), then the assignment: v0, topic "t"
+        # with partitions 0 and 1, empty user data
+        + bytes.fromhex("00000017 0003 00000001 0001 74 00000000 00000000 ffffffff 0000")
+        + bytes.fromhex("00000019 0000 00000001 0001 74 00000002 00000000 00000001 00000000")
+    )  # fmt: skip
+    row = decode_record(bytes.fromhex("0002 0009") + b"g-classic", value)
+    assert row["value_version"] == 3 and row["generation"] == 1
+    assert (row["protocol_type"], row["protocol"]) == ("consumer", "range")
+    assert row["leader"] == KAFKA_MEMBER
+    assert row["current_state_timestamp"] == 1_795_522_650_293
+    assert row["members"] == [
+        {
+            "member_id": KAFKA_MEMBER,
+            "group_instance_id": None,
+            "client_id": "cid-classic",
+            "client_host": "/127.0.0.1",
+            "rebalance_timeout_ms": 60000,
+            "session_timeout_ms": 20000,
+            "assignment": [{"topic": "t", "partitions": [0, 1]}],
+            "assignment_raw": None,
+            "assignment_note": None,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "key, value, name",
+    [
+        # ConsumerGroupMetadata (group epoch 2 and its metadata hash, flexible v0)
+        ("0003 000a 672d636f6e73756d6572", "0000 00000002 01 00 08 eb5edb8df2002d81",
+         "ConsumerGroupMetadataKey"),
+        # a member's ConsumerGroupMemberMetadata deleted when it left
+        ("0005 000a 672d636f6e73756d6572 0016 652b4d616e493346534c6976624f77546f2f2f437677",
+         None, "ConsumerGroupMemberMetadataKey"),
+    ],
+)  # fmt: skip
+def test_kafka_consumer_protocol_records_are_kept_raw(key, value, name):
+    key, value = bytes.fromhex(key), value and bytes.fromhex(value)
+    row = decode_record(key, value)
+    assert row == {"kind": "unsupported", "key_version": key[1], "key": key, "value": value}
+    assert name in ot.unsupported_reason(row["key_version"])
+
+
+def test_kafka_group_deletion_of_a_group_that_only_had_offsets():
+    # Deleting a group committed to only through the admin API writes a group tombstone too.
+    row = decode_record(bytes.fromhex("0002 0004") + b"gone", None)
+    assert (row["kind"], row["group"], row["is_deletion"], row["members"]) == (
+        "group_metadata",
+        "gone",
+        True,
+        None,
+    )
 
 
 # --------------------------------------------------------------------------- offset commits
@@ -327,6 +424,10 @@ def test_newer_key_versions_are_unsupported_rows_with_the_raw_bytes(key_version,
 
 def test_unsupported_reason_names_known_record_types():
     assert "ConsumerGroupMetadataKey" in ot.unsupported_reason(3)
+    # Apache Kafka 4.3.1's CoordinatorRecordType: share groups, regex subscriptions, streams
+    assert "ShareGroupMetadataKey" in ot.unsupported_reason(11)
+    assert "ConsumerGroupRegularExpressionKey" in ot.unsupported_reason(16)
+    assert "StreamsGroupTopologyKey" in ot.unsupported_reason(23)
     assert "newer than this decoder" in ot.unsupported_reason(99)
 
 

@@ -38,7 +38,7 @@ class Discovery:
     # source topic -> (source, destination partition count), for topics planned by
     # `ferry.migrate.reconcile` (records not in the same partitions on both sides)
     reconcile_topics: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # group -> members the destination broker reports (some brokers report none)
+    # group -> members the destination cluster reports (a live group has at least one)
     destination_members: dict[str, int] = field(default_factory=dict)
 
     def is_reconciled(self, topic: str) -> bool:

@@ -1,22 +1,15 @@
-"""Coordinator records in Kafka's binary layout, and a writer that produces them.
+"""Coordinator records in Kafka's binary layout: fixtures for the decoder's unit tests.
 
-Tansu (the local test broker) keeps committed offsets in its own storage, not in a topic, but it
-lets a client create a topic named `__consumer_offsets` and produce to it; `decode-offsets` then
-reads it like any Kafka cluster's. The encoder is written from Kafka's message schemas
-(group-coordinator/src/main/resources/common/message/*.json and the consumer protocol's
-ConsumerProtocolAssignment.json), independently of the decoder in `ferry.offsets_topic`, and
-pinned by literal byte strings in tests/unit/test_offsets_topic.py.
+Written from Kafka's message schemas (group-coordinator/src/main/resources/common/message/*.json
+and the consumer protocol's ConsumerProtocolAssignment.json), independently of the decoder in
+`ferry.offsets_topic`, and pinned by literal byte strings in test_offsets_topic.py. Nothing
+writes these into a cluster: the integration tests decode the records Apache Kafka's own group
+coordinator writes (tests/integration/test_decode_offsets.py).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-
-from ferry.testing.produce import Record, create_topics, produce
-
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def i16(n: int) -> bytes:
@@ -145,37 +138,3 @@ def group_value(
     if flexible:
         out += tagged(tags)
     return out
-
-
-@dataclass(frozen=True)
-class OffsetCommit:
-    """One offset commit as the group coordinator records it (OffsetCommitValue v3)."""
-
-    group: str
-    topic: str
-    partition: int
-    offset: int
-    commit_ms: int
-    metadata: str = ""
-    leader_epoch: int = -1
-
-
-def produce_offset_commits(
-    config: Mapping[str, str],
-    commits: Sequence[OffsetCommit],
-    topic: str = OFFSETS_TOPIC,
-    partition: int = 0,
-) -> list[int]:
-    """Produce each commit, in order, as a coordinator record (key OffsetCommitKey v1, value
-    v3, record timestamp = commit time) to one partition of `topic` (created with one partition
-    when missing); returns the offsets produced."""
-    create_topics(config, {topic: 1})
-    records = [
-        Record(
-            commit_key(c.group, c.topic, c.partition),
-            commit_value(3, c.offset, c.metadata, c.commit_ms, leader_epoch=c.leader_epoch),
-            c.commit_ms,
-        )
-        for c in commits
-    ]
-    return produce(config, topic, partition, records)
