@@ -1,6 +1,7 @@
-"""Timestamp lookups on a real local broker (which answers every ListOffsets-by-timestamp with
-the log start, so the search by reading does all the work): the answer is always the first
-record at least as new as the target, whatever the spacing of timestamps."""
+"""Timestamp lookups on Apache Kafka: the answer is always the first record at least as new as
+the target, whatever the spacing of timestamps, and also where Kafka's own answer is a
+transaction marker (markers carry the broker's clock, the records their producer's CreateTime).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from ferry import kafka
 from ferry.kafka.cluster import Cluster
-from ferry.testing.produce import Record, create_topics, produce
+from ferry.testing.produce import Record, create_topics, produce, produce_transactions
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +73,24 @@ def test_probes_read_at_the_reader_isolation_level(cluster, unique):
         assert seen["read_uncommitted"] == ({(topic, 0): (1, BASE + 10)}, {(topic, 0): 1})
     finally:
         producer.abort_transaction(10)
+
+
+def test_a_marker_newer_than_the_records_is_not_taken_for_a_record(cluster, unique):
+    """Kafka answers a lookup with the first offset whose record or marker is at least as new:
+    on a transactional topic of older CreateTimes (a replicator's copies), that is a commit
+    marker before the record. The lookup still lands on the record."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    topic = f"{unique}-markers"
+    create_topics(cluster.config, {topic: 1})
+    records = [Record(b"k", f"{i}".encode(), BASE + i) for i in range(12)]
+    got = produce_transactions(cluster.config, topic, 0, [records[:6], records[6:]])
+    assert got == [*range(6), *range(7, 13)]  # a marker at 6, another at 13
+    target = BASE + 8  # record 8, at offset 9
+    tp = TopicPartition(topic, 0)
+    admin = AdminClient(cluster.config)  # kept: a destroyed client never answers its futures
+    kafka_answer = admin.list_offsets({tp: OffsetSpec.for_timestamp(target)})
+    assert kafka_answer[tp].result(timeout=30).offset == 6  # the first marker: a lower bound
+    c = Cluster("probe", cluster.config)
+    assert kafka.offsets_for_timestamps(c, {(topic, 0): target}) == {(topic, 0): 9}

@@ -380,20 +380,13 @@ def _list_offsets(
 ) -> dict[tuple[str, int, str], int]:
     """ListOffsets for (topic, partition, label) keys: one request per label, all in flight
     together, retried as one operation."""
-    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka import TopicPartition
 
     def submit(admin, keys):  # noqa: ANN001, ANN202
         futures = {}
         for label in sorted({k[2] for k in keys}):
             asked = {TopicPartition(t, p): specs[(t, p, lb)] for t, p, lb in keys if lb == label}
-            # Timestamp lookups at the reader's isolation level (a read_committed lookup ends
-            # at the last stable offset); log ends as kafka-consumer-groups reads them.
-            level = cluster.isolation_level if label == "timestamp" else "read_uncommitted"
-            answers = admin.list_offsets(
-                asked,
-                isolation_level=IsolationLevel[level.upper()],
-                request_timeout=cluster.attempt_s,
-            )
+            answers = admin.list_offsets(asked, request_timeout=cluster.attempt_s)
             futures.update(
                 {
                     (tp.topic, tp.partition, label): checked_future(f, _offset)

@@ -1,5 +1,6 @@
-"""Single records read on the driver (the first record at or after an offset), and the first
-offset at or after a timestamp (Kafka's ListOffsets answer).
+"""Single records read on the driver: the first record at or after an offset, and the first
+offset at or after a timestamp — the broker's answer to the latter taken only as a lower bound
+and verified by reading.
 
 Probes read with the one read loop (`ferry.kafka.reader`): the cluster's isolation level, a
 fresh consumer after a dropped connection or a stall, and a failure only after
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ferry.kafka.admin import TopicPartitionKey, list_offsets
+from ferry.kafka.admin import TopicPartitionKey, list_offsets, watermarks
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange, RangeReader
 
@@ -39,6 +40,16 @@ def first_records_at(
     return found
 
 
+def _interpolate(lo: int, hi: int, lo_ts: int, hi_ts: int, target: int) -> int:
+    """Where the first record at least as new as `target` should be, if timestamps grow
+    evenly between lo (just after a record at lo_ts) and hi (a record at hi_ts): aimed half a
+    millisecond early, so it lands at the start of the target's millisecond."""
+    if hi_ts <= lo_ts:
+        return (lo + hi) // 2
+    fraction = (target - 0.5 - lo_ts) / (hi_ts - lo_ts)
+    return min(hi - 1, max(lo, lo + int(fraction * (hi - lo))))
+
+
 def offsets_for_timestamps(
     cluster: Cluster,
     targets: Mapping[TopicPartitionKey, int],
@@ -47,19 +58,91 @@ def offsets_for_timestamps(
     """Offset of the first record whose timestamp is >= the target, or None when no record is
     that new (callers use log end then, like kafka-consumer-groups).
 
-    Kafka's own answer (ListOffsets by timestamp, KIP-79), asked at the reader's isolation
-    level, so a read_committed lookup ends at the last stable offset as a read_committed read
-    does. Kafka answers from its time index: the first offset, in offset order, whose record
-    is at least as new, which is exact for LogAppendTime and in-order CreateTime. The answer
-    may be an offset a reader skips (an aborted record): reading from it yields the first
-    record it would see. `bounds` (the watermarks) is accepted for callers that have them at
-    hand; Kafka's answer needs none."""
+    The broker's ListOffsets answer is only trusted as a lower bound, on Apache Kafka too: it
+    is the first offset whose record *or transaction marker* is at least as new, and a marker
+    carries the broker's clock while the records around it carry their producer's CreateTime
+    (a replicator's copies keep the source's, older by the replication lag), so on a
+    transactional topic the answer can be a marker well before the first record that new.
+    Round one reads at the answer, which confirms an exact answer with one read; otherwise
+    the answer is narrowed by a search over single-record reads, all partitions in lockstep,
+    and confirmed by reading the records it lands on. Assumes timestamps that mostly grow with
+    offsets (LogAppendTime, or CreateTime from in-order producers); with badly shuffled
+    CreateTime, widen the matching windows.
+    """
     from confluent_kafka.admin import OffsetSpec
 
-    del bounds
     if not targets:
         return {}
+    bounds = dict(bounds or watermarks(cluster, targets))
     answers = list_offsets(
         cluster, "timestamp", {k: OffsetSpec.for_timestamp(ts) for k, ts in targets.items()}
     )
-    return {k: (a if a is not None and a >= 0 else None) for k, a in answers.items()}
+    lo: dict[TopicPartitionKey, int] = {}
+    hi: dict[TopicPartitionKey, int] = {}
+    for key, answer in answers.items():
+        start, end = bounds[key]
+        # The broker's answer bounds the search from below; -1 means "no such record".
+        lo[key] = max(start, answer) if answer is not None and answer >= 0 else start
+        hi[key] = end
+    lo_ts: dict[TopicPartitionKey, int] = {}  # timestamp of a record before lo (older)
+    hi_ts: dict[TopicPartitionKey, int] = {}  # timestamp of the first record at or after hi
+    bisect_next: set[TopicPartitionKey] = set()
+    # what the probe that last set hi found: the first record at or after hi, or None
+    at_hi: dict[TopicPartitionKey, tuple[int, int] | None] = {}
+    reader = RangeReader(cluster)
+    try:
+        # Invariant: records before lo[key] are older than the target; the first record at or
+        # after hi[key] is at least as new as the target, or there is none.
+        # Round one reads at the broker's answer itself: an exact answer is confirmed there.
+        # Round two reads the last record, so that later rounds can interpolate between
+        # timestamps (a few rounds where a binary search takes twenty);
+        # a round that interpolated and did not halve the interval is followed by a bisection.
+        rounds = 0
+        while True:
+            probes: dict[TopicPartitionKey, int] = {}
+            interpolated: set[TopicPartitionKey] = set()
+            for k in targets:
+                if lo[k] >= hi[k]:
+                    continue
+                if rounds == 0:
+                    probes[k] = lo[k]
+                elif k not in hi_ts and hi[k] == bounds[k][1] and rounds == 1:
+                    probes[k] = hi[k] - 1
+                elif k in lo_ts and k in hi_ts and k not in bisect_next:
+                    probes[k] = _interpolate(lo[k], hi[k], lo_ts[k], hi_ts[k], targets[k])
+                    interpolated.add(k)
+                else:
+                    probes[k] = (lo[k] + hi[k]) // 2
+            if not probes:
+                break
+            widths = {k: hi[k] - lo[k] for k in probes}
+            rounds += 1
+            seen = first_records_at(cluster, probes, reader)
+            for key, mid in probes.items():
+                record = seen.get(key)
+                if record is None or record[1] >= targets[key]:
+                    hi[key] = mid  # the first record at or after mid is new enough (or absent)
+                    at_hi[key] = record
+                    if record is not None:
+                        hi_ts[key] = record[1]
+                else:
+                    lo[key] = record[0] + 1
+                    lo_ts[key] = record[1]
+                if key in interpolated and 2 * (hi[key] - lo[key]) > widths[key]:
+                    bisect_next.add(key)
+                else:
+                    bisect_next.discard(key)
+        # lo == hi now, and the probe that set hi read the answer already (the first record at
+        # or after hi, or none). Only where nothing probed hi, or shuffled timestamps pushed lo
+        # past it, is the record at lo read to confirm (it may be a gap, so read forward).
+        unsure = {k for k in targets if lo[k] != hi[k] or k not in at_hi}
+        confirm = first_records_at(
+            cluster, {k: lo[k] for k in unsure if lo[k] < bounds[k][1]}, reader
+        )
+    finally:
+        reader.close()
+    result: dict[TopicPartitionKey, int | None] = {}
+    for key in targets:
+        record = confirm.get(key) if key in unsure else at_hi[key]
+        result[key] = record[0] if record is not None and record[1] >= targets[key] else None
+    return result

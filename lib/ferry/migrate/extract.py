@@ -8,8 +8,8 @@ records before C (compaction gaps, transaction markers) the missing stretch befo
 too, four times further back each round, until there are enough records or the log start is
 reached. With `matching.search: full`, destination windows come from the anchors' timestamps
 widened by `window_before_ms`/`window_after_ms`; their offsets come from
-Kafka's timestamp lookups, `offsets_for_timestamps` (the default narrow search is
-`ferry.migrate.search`)."""
+`offsets_for_timestamps`, which treats the broker's answer as a lower bound and verifies it by
+reading (the default narrow search is `ferry.migrate.search`)."""
 
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def window_offsets(
     k: int,
 ) -> dict[TopicPartitionKey, list[tuple[int, int]]]:
     """Offset intervals to read for each window: from k+1 records before its first record to
-    k+1 after its last (for context), found by timestamp lookups."""
+    k+1 after its last (for context), found by verified timestamp lookups."""
     out: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
     depth = max((len(w) for w in windows.values()), default=0)
     for i in range(depth):

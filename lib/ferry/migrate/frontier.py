@@ -5,7 +5,7 @@ lo = min(first unconsumed, last consumed) to hi = max(...) over the source parti
 millisecond or so for a group that stopped at one instant). Its band is that plus the
 matching windows, [lo − window_before_ms, hi + window_after_ms]; `matching.search: full` reads
 the band whole on every partition of both sides. The narrow read (the default) finds where lo
-and hi land on every destination partition (Kafka's timestamp lookups), reads
+and hi land on every destination partition (timestamp lookups verified by reading), reads
 that and 4 records per source partition either side (16 to 64), then the source for the same
 milliseconds, and widens a side of a partition's slice fourfold per step only while it has not
 read enough — never past the band. Groups whose frontiers lie within ~256 records of each
@@ -358,7 +358,7 @@ def _look_up(
     targets: Iterable[tuple[str, int, int]],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
 ) -> dict[tuple[str, int, int], int]:
-    """First offset at or after each (topic, partition, timestamp): Kafka's lookups, the
+    """First offset at or after each (topic, partition, timestamp): verified lookups, the
     distinct timestamps of a partition side by side (`ferry.migrate.search`)."""
     positions = [
         {"dst_topic": t, "dst_partition": p, "anchor_timestamp_ms": ts}

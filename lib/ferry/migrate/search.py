@@ -3,8 +3,8 @@ timestamp lands, not the whole matching window.
 
 The window (`window_before_ms`/`window_after_ms`) is a bound, not the amount to read. Each
 distinct anchor position (destination partition × anchor timestamp) gets a slice: from
-k + 1 records before P, the first offset whose timestamp is at or after the anchor's (Kafka's
-timestamp lookup), to k + 1 + r records after it. All slices are read
+k + 1 records before P, the first offset whose timestamp is at or after the anchor's (the
+broker's lookup verified by reading), to k + 1 + r records after it. All slices are read
 in one read per step (`ferry.kafka.read`: on the driver when small, else one Spark job); a
 slice that is not yet decided grows its open sides fourfold and is read again (only the new
 offsets), until it is decided or covers the window on both sides.
@@ -209,7 +209,7 @@ def anchor_positions(
     positions: Sequence[Mapping],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
 ) -> dict[tuple[str, int, int], int]:
-    """P for each (dst_topic, dst_partition, anchor_timestamp_ms): Kafka's timestamp lookups.
+    """P for each (dst_topic, dst_partition, anchor_timestamp_ms): verified timestamp lookups.
 
     A consumer reads one position per partition at a time, so the distinct timestamps of a
     partition form layers; the layers are looked up side by side (LOOKUP_THREADS), each with

@@ -23,13 +23,31 @@ class Record:
     headers: Sequence[Header] = field(default_factory=tuple)
 
 
-def create_topics(config: Mapping[str, str], topics: Mapping[str, int]) -> None:
-    """Create topics (name → partition count); existing topics are left alone."""
+def create_topics(
+    config: Mapping[str, str],
+    topics: Mapping[str, int],
+    *,
+    replication_factor: int = -1,
+    topic_config: Mapping[str, str] | None = None,
+) -> None:
+    """Create topics (name → partition count); existing topics are left alone.
+
+    Replicated as the cluster's `default.replication.factor` says (one node: 1, three: 3)
+    unless `replication_factor` is given. Every topic keeps its records whatever their
+    timestamps (`retention.ms=-1`): tests stamp records in the past, and Kafka's retention
+    check (30 s after a broker starts, then every 5 minutes) would otherwise delete every
+    record older than 7 days, moving the log start to the log end mid-test. `topic_config`
+    adds topic settings (`cleanup.policy`, `segment.ms`, ...) and wins over that default."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(dict(config))
     existing = set(admin.list_topics(timeout=10).topics)
-    new = [NewTopic(name, count, 1) for name, count in topics.items() if name not in existing]
+    settings = {"retention.ms": "-1", **(topic_config or {})}
+    new = [
+        NewTopic(name, count, replication_factor, config=dict(settings))
+        for name, count in topics.items()
+        if name not in existing
+    ]
     if not new:
         return
     for future in admin.create_topics(new, operation_timeout=10).values():
@@ -157,11 +175,29 @@ def produce_transactions(
     return offsets
 
 
+def delete_records(
+    config: Mapping[str, str], before: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """DeleteRecords: move each partition's log start up to the offset given (records before
+    it are gone, as retention or an operator's `kafka-delete-records` leaves them); returns
+    the log start each partition reports afterwards."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(dict(config))  # kept referenced until every future is answered
+    asked = [TopicPartition(t, p, o) for (t, p), o in sorted(before.items())]
+    futures = admin.delete_records(asked, operation_timeout=10)
+    return {
+        (tp.topic, tp.partition): future.result(timeout=30).low_watermark
+        for tp, future in futures.items()
+    }
+
+
 def commit_offsets(
     config: Mapping[str, str], group: str, offsets: Mapping[tuple[str, int], int]
 ) -> None:
     """Commit offsets for a group that has no running members (like a stopped consumer)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicPartition
     from confluent_kafka.admin import AdminClient
 
     from ferry.kafka.admin import is_transient_error
@@ -170,14 +206,21 @@ def commit_offsets(
     request = ConsumerGroupTopicPartitions(
         group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
     )
-    # A fresh cluster creates __consumer_offsets on the first commit and answers "coordinator
-    # loading" per partition meanwhile (the request itself succeeds): retried until it took.
-    deadline = time.monotonic() + 30
+    # A fresh cluster creates __consumer_offsets on the first commit: meanwhile the request can
+    # go unanswered, or be answered "coordinator loading" per partition (the request itself
+    # succeeds). Either is retried, with short attempts, until the commit took.
+    deadline = time.monotonic() + 60
     while True:
-        answer = admin.alter_consumer_group_offsets([request])[group].result()
-        errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
+        try:
+            answer = admin.alter_consumer_group_offsets([request], request_timeout=10)[group]
+            answer = answer.result(timeout=15)
+            errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
+        except Exception as exc:  # noqa: BLE001 - a timeout or transport error: sent again
+            errors = [exc]
         if not errors:
             return
-        if time.monotonic() > deadline or not all(is_transient_error(e) for e in errors):
+        transient = all(not isinstance(e, KafkaError) or is_transient_error(e) for e in errors)
+        if time.monotonic() > deadline or not transient:
             raise RuntimeError(f"commit for group {group} failed: {errors[0]}")
+        admin = AdminClient(dict(config))
         time.sleep(0.2)
