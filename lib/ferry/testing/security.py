@@ -4,7 +4,8 @@ broker listener and a client need.
 `sasl_ssl(folder)` and `mutual_tls(folder)` each make a fresh certificate authority in
 `folder` (a temporary folder of the caller's), a broker certificate for 127.0.0.1/localhost
 signed by it, and for mutual TLS a client certificate and key; `other_ca(folder)` makes a CA
-nobody signed anything with (a client trusting it must refuse the broker). Everything is made
+nobody signed anything with (a client trusting it must refuse the broker), `stranger(folder)`
+a client certificate no cluster trusts (a mutual-TLS broker must refuse it). Everything is made
 with Debian's `openssl` command line, which Python's standard library cannot do, in well under
 a second: EC P-256 keys, certificates valid for two days.
 
@@ -185,3 +186,10 @@ def mutual_tls(folder: Path | str, prefix: str = "mtls") -> Security:
 def other_ca(folder: Path | str) -> Path:
     """A CA certificate that signed nothing: a client trusting only it refuses every broker."""
     return _ca(_folder(folder), "other-ca")[0]
+
+
+def stranger(folder: Path | str) -> tuple[Path, Path]:
+    """A client certificate and key signed by a CA of their own: a broker requiring client
+    certificates it trusts must refuse them."""
+    path = _folder(folder)
+    return _signed(path, "stranger", _ca(path, "stranger-ca"), "extendedKeyUsage=clientAuth\n")
