@@ -25,13 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("FERRY_MASTER", "local[2]")
 
-from migrate_bench import load_migrate_job, produce_one  # noqa: E402
+from migrate_bench import load_migrate_job  # noqa: E402
+from world import BulkProducer  # noqa: E402
 
 from ferry.cli import run  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
@@ -42,18 +41,16 @@ REPLICATED_FROM = 1000
 
 def produce_topic(src: dict, dst: dict, topic: str, partitions: int, n: int, per_ms: int):
     base = int(time.time() * 1000) - 24 * 3600 * 1000
-    # One record per batch: the local broker's high watermark only counts whole batches.
-    one_per_batch = {"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False}
-    ps, pd = Producer({**src, **one_per_batch}), Producer({**dst, **one_per_batch})
+    ps, pd = BulkProducer(src), BulkProducer(dst)
     for p in range(partitions):
         for i in range(n):
             key, value = f"k{i % 31}".encode(), f"{topic}/{p}/{i}".encode()
             if i % 1009 in (7, 8, 9):  # a few identical records sharing a millisecond
                 key, value = b"dup", b"dup"
             ts = base + i // per_ms
-            produce_one(ps, topic, key, value, p, ts)
+            ps.produce(topic, key, value, p, ts)
             if i >= REPLICATED_FROM:
-                produce_one(pd, topic, key, value, p, ts)
+                pd.produce(topic, key, value, p, ts)
     ps.flush()
     pd.flush()
 
@@ -119,12 +116,9 @@ def main() -> int:
         )
         work = Path(tempfile.mkdtemp(prefix="ferry-busy-"))
         config = work / "migrate.yaml"
-        # The local broker builds a fetch answer in time proportional to the partition: at
-        # 200,000 single-record batches it needs more than the reader's 50 ms fetch wait.
-        wait = "  fetch.wait.max.ms: 1000\n"
         config.write_text(
-            f"source:\n  bootstrap.servers: {src.bootstrap}\n{wait}"
-            f"destination:\n  bootstrap.servers: {dst.bootstrap}\n{wait}"
+            f"source:\n  bootstrap.servers: {src.bootstrap}\n"
+            f"destination:\n  bootstrap.servers: {dst.bootstrap}\n"
             f"ledger:\n  path: {work / 'ledger'}\n"
         )
         job = load_migrate_job()

@@ -1,7 +1,7 @@
 """Fixed cost: the smallest `migrate` dry run against a trivial PySpark job, same run.
 
-World: one topic with one partition of RECORDS records on a local source broker, replicated to
-a local destination broker from offset REPLICATED_FROM (same keys, values and timestamps), and
+World: one topic with one partition of RECORDS records on a local source cluster, replicated to
+a local destination cluster from offset REPLICATED_FROM (same keys, values and timestamps), and
 one stopped group committed at COMMITTED. Then ROUNDS alternating rounds of, each a fresh JVM:
 
 (a) `bench/trivial_job.py` (a session and `spark.range(10).count()`), submitted with exactly
@@ -181,6 +181,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=300)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ferry-fixed-cost-"))
+    (work / "logs").mkdir()  # the clusters' folders go in it
     with local_brokers("fixed-src", "fixed-dst", log_dir=work / "logs") as (src, dst):
         committed = build_world(src.config, dst.config, args.records)
         expected = committed - REPLICATED_FROM

@@ -1,17 +1,17 @@
 """The groups curve: `migrate --execute` for 40, 400 and 2,000 groups over 256 partitions.
 
-World: one topic of PARTITIONS (256) partitions on a local source broker, a few records each,
-replicated in order to a local destination broker from offset REPLICATED_FROM (so every
+World: one topic of PARTITIONS (256) partitions on a local source cluster, a few records each,
+replicated in order to a local destination cluster from offset REPLICATED_FROM (so every
 destination offset is the source's minus REPLICATED_FROM). For each size N, N stopped groups
 with committed offsets on 8-16 random partitions each, at varied offsets.
 
 Each round runs, per size, the real `migrate` job (jobs/migrate.py, in-process, one warm
 Spark session for all sizes) with `--execute` on that size's groups and a ledger of its own,
 then checks every group's committed destination offsets against the expected ones. Every
-round has groups of its own (the local broker drops the connection on the first commit to a
-group deleted before, so deleting and migrating again would measure that). The time of each run is
-split by stage (discover, plan, commit; `other` is session, ledger setup and output), medians
-over the rounds are printed, and the target t(2000) / t(40) <= 3x is the ratio of the medians.
+round has groups of its own, so every run migrates groups the destination has not seen. The
+time of each run is split by stage (discover, plan, commit; `other` is session, ledger setup
+and output), medians over the rounds are printed, and the target t(2000) / t(40) <= 3x is the
+ratio of the medians.
 Exit 1 when any group is not exact.
 """
 
@@ -29,10 +29,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 os.environ.setdefault("FERRY_MASTER", "local[2]")
+
+from world import BulkProducer, commit_all  # noqa: E402, F401 - commit_all for other benches
 
 from ferry import kafka  # noqa: E402
 from ferry import migrate as migrate_stages  # noqa: E402
@@ -49,29 +50,17 @@ Offsets = dict[tuple[str, int], int]
 
 def produce_world(src: dict, dst: dict, partitions: int, records: int) -> None:
     """Unique records on every partition; the destination gets records[REPLICATED_FROM:] in
-    order. One record per batch: the local broker's watermarks only count whole batches."""
+    order."""
     base = int(time.time() * 1000) - 24 * 3600 * 1000
-    one_per_batch = {"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False}
-    ps, pd = Producer({**src, **one_per_batch}), Producer({**dst, **one_per_batch})
+    ps, pd = BulkProducer(src), BulkProducer(dst)
     for p in range(partitions):
         for i in range(records):
             key, value, ts = f"k{i % 7}".encode(), f"{p}/{i}".encode(), base + i * 1000
-            _produce(ps, p, key, value, ts)
+            ps.produce(TOPIC, key, value, p, ts)
             if i >= REPLICATED_FROM:
-                _produce(pd, p, key, value, ts)
-    for producer in (ps, pd):
-        if producer.flush(120):
-            raise SystemExit("producing the bench world timed out")
-
-
-def _produce(producer: Producer, p: int, key: bytes, value: bytes, ts: int) -> None:
-    while True:
-        try:
-            producer.produce(TOPIC, key=key, value=value, partition=p, timestamp=ts)
-            producer.poll(0)
-            return
-        except BufferError:
-            producer.poll(0.05)
+                pd.produce(TOPIC, key, value, p, ts)
+    ps.flush()
+    pd.flush()
 
 
 def make_groups(size: int, partitions: int, records: int, prefix: str) -> dict[str, Offsets]:
@@ -84,27 +73,6 @@ def make_groups(size: int, partitions: int, records: int, prefix: str) -> dict[s
             (TOPIC, p): rng.randrange(REPLICATED_FROM + 1, records + 1) for p in chosen
         }
     return groups
-
-
-def commit_all(cluster: Cluster, groups: dict[str, Offsets]) -> None:
-    """Commit every group's source offsets, many requests in flight at once."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    admin = cluster.admin()
-    names = sorted(groups)
-    for i in range(0, len(names), 500):
-        futures = [
-            admin.alter_consumer_group_offsets(
-                [
-                    ConsumerGroupTopicPartitions(
-                        g, [TopicPartition(t, p, o) for (t, p), o in sorted(groups[g].items())]
-                    )
-                ]
-            )[g]
-            for g in names[i : i + 500]
-        ]
-        for future in futures:
-            future.result(timeout=60)
 
 
 def load_migrate_job():  # noqa: ANN201 - a module

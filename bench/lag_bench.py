@@ -1,7 +1,7 @@
 """Lag history at scale: `lag-snapshot` and `lag-status` for 40 and 2,000 groups, same run.
 
-World: TOPICS × PARTITIONS partitions (8 × 32) of RECORDS records each (one per batch, record i
-stamped i seconds after a base time) on a local broker; a small and a large set of stopped
+World: TOPICS × PARTITIONS partitions (8 × 32) of RECORDS records each (record i stamped i
+seconds after a base time) on a local cluster; a small and a large set of stopped
 (Empty) groups, each committed on every partition of two random topics at random offsets
 (log end included). Then, each as users run it — `spark-submit.sh JOB`, a fresh JVM per run:
 
@@ -34,8 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from world import BulkProducer, commit_all
 
 from ferry import kafka
 from ferry.kafka.cluster import Cluster
@@ -53,23 +52,12 @@ print(spark.range(1000).selectExpr("sum(id) AS s").collect()[0].s)
 
 
 def produce_world(config: dict, topics: list[str], partitions: int, n: int, base: int) -> None:
-    # One record per batch: the local broker's high watermark only counts whole batches.
-    producer = Producer(
-        {**config, "linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False}
-    )
+    producer = BulkProducer(config)
     for topic in topics:
         for p in range(partitions):
             for i in range(n):
-                while True:
-                    try:
-                        producer.produce(
-                            topic, value=b"v%d" % i, partition=p, timestamp=base + i * 1000
-                        )
-                        producer.poll(0)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-    producer.flush(120)
+                producer.produce(topic, None, b"v%d" % i, p, base + i * 1000)
+    producer.flush()
 
 
 def commit_groups(
@@ -77,7 +65,6 @@ def commit_groups(
 ) -> dict[str, dict[tuple[str, int], int]]:
     """Stopped groups on two topics each; all commits in flight at once on one client."""
     rng = random.Random(seed)
-    admin = AdminClient({**config, "log_level": 0})
     groups: dict[str, dict[tuple[str, int], int]] = {}
     for g in range(count):
         offsets = {
@@ -86,14 +73,7 @@ def commit_groups(
             for p in range(partitions)
         }
         groups[f"{prefix}-{g:04d}"] = offsets
-    pending = []
-    for group, offsets in groups.items():
-        request = ConsumerGroupTopicPartitions(
-            group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
-        )
-        pending += admin.alter_consumer_group_offsets([request], request_timeout=60).values()
-    for future in pending:
-        future.result()
+    commit_all(Cluster("bench", {**config, "log_level": 0}), groups)
     return groups
 
 
@@ -224,6 +204,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed runs of each job")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ferry-lag-bench-"))
+    (work / "logs").mkdir()  # the clusters' folders go in it
     with local_brokers("lag-bench", log_dir=work / "logs") as (broker,):
         topics = [f"topic{i}" for i in range(args.topics)]
         create_topics(broker.config, {t: args.partitions for t in topics})

@@ -1,7 +1,7 @@
 """Migration speed: Ferry's `migrate` (dry run) against a sequential baseline, same run.
 
-World: TOPICS × PARTITIONS partitions (>= 128) on a local source broker, replicated to a local
-destination broker from a later offset; GROUPS stopped groups (>= 40) with committed offsets
+World: TOPICS × PARTITIONS partitions (>= 128) on a local source cluster, replicated to a local
+destination cluster from a later offset; GROUPS stopped groups (>= 40) with committed offsets
 on every partition of a few topics each. Then, in the same run:
 
 1. `migrate` dry run through the real job (in-process, warm Spark session);
@@ -27,13 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("FERRY_MASTER", "local[2]")
 
 from sequential_baseline import raw_read, sequential_migrate  # noqa: E402
+from world import BulkProducer  # noqa: E402
 
 from ferry.cli import run  # noqa: E402
 from ferry.kafka.admin import Cluster  # noqa: E402
@@ -45,10 +44,7 @@ REPLICATED_FROM = 100
 
 def produce_world(src: dict, dst: dict, topics: list[str], partitions: int, n: int) -> None:
     base = int(time.time() * 1000) - 10 * 24 * 3600 * 1000
-    # One record per batch: the local broker's high watermark only counts whole batches.
-    one_per_batch = {"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False}
-    ps = Producer({**src, **one_per_batch})
-    pd = Producer({**dst, **one_per_batch})
+    ps, pd = BulkProducer(src), BulkProducer(dst)
     for topic in topics:
         for p in range(partitions):
             for i in range(n):
@@ -59,19 +55,9 @@ def produce_world(src: dict, dst: dict, topics: list[str], partitions: int, n: i
                     ts = base + i * 1000
                 for producer, ok in ((ps, True), (pd, i >= REPLICATED_FROM)):
                     if ok:
-                        produce_one(producer, topic, key, value, p, ts)
-        ps.flush()
-        pd.flush()
-
-
-def produce_one(producer: Producer, topic: str, key: bytes, value: bytes, p: int, ts: int) -> None:
-    while True:
-        try:
-            producer.produce(topic, key=key, value=value, partition=p, timestamp=ts)
-            producer.poll(0)
-            return
-        except BufferError:
-            producer.poll(0.05)
+                        producer.produce(topic, key, value, p, ts)
+    ps.flush()
+    pd.flush()
 
 
 def commit_groups(src: dict, topics: list[str], partitions: int, n: int, count: int, seed: int):

@@ -12,8 +12,9 @@ Scenarios (`--scenario`, default `traffic groups`):
   and at the first rate the whole-band read (`matching.search: full`) beside it.
 - `groups`: on the first rate's topic, 40 groups against 2,000 (target <= 2x the time), both
   stopped at the same 40 instants, and 2,000 stopped at 2,000 instants of their own.
-- `wide`: 24 → 48 partitions of `--wide-records` records each, 20 groups (one drained),
-  narrow and whole-band reads: what it reads, at the largest size the local broker serves.
+- `wide`: 24 → 48 partitions of `--wide-records` (100,000) records each, one per
+  millisecond, 20 groups (one drained), narrow and whole-band reads: what each reads, and how
+  long it takes.
 """
 
 from __future__ import annotations
@@ -124,17 +125,11 @@ def expected_reconcile(
     return out
 
 
-def write_config(path: Path, src, dst, fetch_wait_ms: int) -> Path:  # noqa: ANN001
-    # The local broker builds a fetch answer in time proportional to the partition: at
-    # 100,000+ single-record batches it needs more than the reader's 50 ms fetch wait, and a
-    # round of timestamp lookups on every partition can outlast the admin defaults (60 s).
-    wait = f"  fetch.wait.max.ms: {fetch_wait_ms}\n" if fetch_wait_ms else ""
+def write_config(path: Path, src, dst) -> Path:  # noqa: ANN001
     path.write_text(
-        f"source:\n  bootstrap.servers: {src.bootstrap}\n{wait}"
-        f"destination:\n  bootstrap.servers: {dst.bootstrap}\n{wait}"
+        f"source:\n  bootstrap.servers: {src.bootstrap}\n"
+        f"destination:\n  bootstrap.servers: {dst.bootstrap}\n"
         f"matching:\n  hash: [key, value]\n"
-        f"reader:\n  timeout_ms: 120000\n"
-        f"admin:\n  timeout_ms: 120000\n  retry_ms: 600000\n"
         f"ledger:\n  path: {path.parent / 'ledger'}\n"
     )
     return path
@@ -282,13 +277,13 @@ def main() -> int:
     parser.add_argument("--scenario", nargs="+", default=["traffic", "groups"],
                         choices=["traffic", "groups", "wide"])  # fmt: skip
     parser.add_argument("--records", type=int, default=200_000, help="per source partition")
-    parser.add_argument("--wide-records", type=int, default=4_000, help="per partition, 24 -> 48")
+    parser.add_argument("--wide-records", type=int, default=100_000,
+                        help="per partition, 24 -> 48")  # fmt: skip
     parser.add_argument("--threads", type=int, default=4, help="producer threads")
-    parser.add_argument("--fetch-wait-ms", type=int, default=1000)
     args = parser.parse_args()
     with local_brokers("reconcile-src", "reconcile-dst") as (src, dst):
         work = Path(tempfile.mkdtemp(prefix="ferry-reconcile-bench-"))
-        config = write_config(work / "migrate.yaml", src, dst, args.fetch_wait_ms)
+        config = write_config(work / "migrate.yaml", src, dst)
         job = load_migrate_job()
         first = None
         if "traffic" in args.scenario or "groups" in args.scenario:

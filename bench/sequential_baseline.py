@@ -1,7 +1,7 @@
 """The baseline for bench/migrate_bench.py: Ferry's matching done the straightforward way.
 
 One group partition at a time with plain confluent-kafka: read the records before the
-committed offset, find the destination window with a verified timestamp lookup, read it,
+committed offset, find the destination window with a timestamp lookup, read it,
 hash, and rank identical candidates by their neighbours — the same decisions `migrate` makes,
 without Spark, batching or shared reads.
 """
