@@ -21,6 +21,7 @@ import uuid
 
 import pytest
 
+from ferry.migrate.frontier import Slice
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.replicate import end_offsets, read_all, replicate
 
@@ -129,6 +130,18 @@ def test_both_reads_place_every_record_as_the_replica_says(world, read):
     lag = next(want for g, want in expected["lag"].items() if g.endswith("-at"))
     assert sum(d for _, d in lag.values()) > 0  # the world does what it is for
     assert "75 consumed records of the band not on the destination yet" in result.stderr
+
+
+def test_a_side_closed_by_growing_to_the_log_end_is_read_to_it():
+    # The `behind` group's slice on partition 2: read to 405 at step 2 with its right side
+    # open; growing it reaches the log end (575), which closes the side before it is read.
+    s = Slice(lo_pos=330, hi_pos=341, log_start=0, log_end=575, before=16, after=64)
+    s.is_left_closed = True
+    s.read_bounds = s.bounds()
+    assert not s.is_unread
+    s.after *= 4
+    s.close_at_limits()
+    assert not s.is_open and s.is_unread and s.bounds() == (314, 575)
 
 
 def test_narrow_read_reads_a_few_hundred_offsets_per_group(world):

@@ -174,6 +174,12 @@ class Slice:
     def is_open(self) -> bool:
         return not (self.is_left_closed and self.is_right_closed)
 
+    @property
+    def is_unread(self) -> bool:
+        """Whether its bounds hold offsets not read yet: a side closed at the log's end or the
+        band's edge by growing (`close_at_limits`) is done only once those bounds are read."""
+        return self.read_bounds != self.bounds()
+
 
 @dataclass
 class Frontier:
@@ -296,7 +302,9 @@ def reconcile_frontiers(
         wanted: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
         for f in frontiers:
             for q, s in f.slices.items():
-                if s.is_open or s.read_bounds is None:
+                # Also a slice closed since its last read: `_widen` closes a side whose grown
+                # bounds reach a limit before they are read.
+                if s.is_open or s.is_unread:
                     s.read_bounds = s.bounds()
                     wanted[(f.dst_topic, q)].append(s.read_bounds)
         open_count = sum(s.is_open for f in frontiers for s in f.slices.values())

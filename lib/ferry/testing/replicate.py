@@ -3,10 +3,10 @@ copying into a destination topic with another partition count.
 
 Keyed records go where the Java client's default partitioner puts them (`murmur2(key)`, made
 positive, modulo the partition count); records without a key go round-robin. Timestamps
-(CreateTime) and headers are kept. Every record is produced as its own batch (the local
-broker's high watermark only counts whole batches), each destination partition by one
-producer with one request in flight, so a destination partition holds its records in exactly
-the order the replicator copied them.
+(CreateTime) and headers are kept. Each destination partition is produced by one idempotent
+producer (`ferry.testing.produce.produce`, batched) with one request in flight, so a
+destination partition holds its records in exactly the order the replicator copied them; the
+offsets come from the delivery reports, whatever the batches.
 
 `replicate` returns where every source record landed, so tests and benches can compute the
 exact answer a reconciliation must give.
@@ -249,7 +249,7 @@ def replicate(
     has `n_dst_partitions` partitions and exists already, in `order` (see `copy_order`);
     returns (src_partition, src_offset) → (dst_partition, dst_offset) for every record copied.
 
-    Each destination partition is produced by its own producer, one record per batch and
+    Each destination partition is produced by its own idempotent producer, batched, with
     `max_in_flight` requests in flight (`ferry.testing.produce.produce` checks that the order
     held), so its order is the copy order;
     `threads` partitions are produced at a time.
