@@ -18,7 +18,10 @@ setup(
         # delta-spark jars that spark-submit.sh adds match the installed Spark.
         "pyspark[sql]>=4.0.1,<=4.2.0",
         "pyarrow>=15",
-        "delta-spark>=4.0.1,<5",
+        # Exact: spark-submit.sh asks Maven for io.delta:delta-spark_<spark>_2.13 at this
+        # package's version, and PyPI runs ahead of Maven Central (4.4.1 is on PyPI; no
+        # delta-spark_4.2_2.13:4.4.1 jar exists). 4.4.0's jars cover Spark 4.0, 4.1 and 4.2.
+        "delta-spark==4.4.0",
         "deltalake>=1.0,<2",
         "confluent-kafka>=2.6,<3",
         "pyyaml>=6",

@@ -186,6 +186,16 @@ PYCOORD
   USER_ARGS=(--packages "$COORDS" "${USER_ARGS[@]}")
   DEFAULTS+=(spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
     spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
+  # Every run opens tables other runs wrote, so delta-spark rebuilds each snapshot from its
+  # log, in 50 tasks by default: reading a table of three commits took 20-60 s on 2 busy local
+  # cores, 3-5 s in one task. Ferry's tables are small; a cluster keeps Delta's default.
+  if [ "$LOCAL" = 1 ]; then DEFAULTS+=(spark.databricks.delta.snapshotPartitions=1); fi
+  # The one mirror setting (FERRY_MAVEN_MIRROR, as for the test brokers' jars) serves these
+  # jars too: Spark resolves --packages from $DEFAULT_ARTIFACT_REPOSITORY instead of Maven
+  # Central. Resolved jars stay in Spark's Ivy cache (~/.ivy2.5.2, or spark.jars.ivy).
+  if [ -n "${FERRY_MAVEN_MIRROR:-}" ] && [ -z "${DEFAULT_ARTIFACT_REPOSITORY:-}" ]; then
+    ENVS+=("DEFAULT_ARTIFACT_REPOSITORY=$FERRY_MAVEN_MIRROR")
+  fi
 fi
 
 # Options for the submitting JVM (the driver in client mode, YARN's or Kubernetes' client in

@@ -117,8 +117,12 @@ def _direct(app_name: str) -> SparkSession.Builder:
 
 def has_delta_jars(spark: SparkSession) -> bool:
     """True when delta-spark's JVM classes are on this session's classpath."""
+    # Looked up the way Spark loads the extension, through the context class loader: jars of
+    # --packages and --jars live there, not in the system class loader that a plain
+    # Class.forName through Py4J searches (which never found them under spark-submit).
     try:
-        spark.sparkContext._jvm.java.lang.Class.forName(DELTA_EXTENSION)  # type: ignore[union-attr]
+        utils = spark.sparkContext._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
+        utils.classForName(DELTA_EXTENSION, False, False)  # not initialized; Spark's loader
         return True
     except Exception:
         return False
