@@ -227,7 +227,9 @@ def proxied():
     try:
         create_topics(broker.config, {"big": 1})
         rows = [Record(f"k{i}".encode(), b"v" * 200, BASE_TS + i) for i in range(3000)]
-        produce(broker.config, "big", 0, rows)
+        # Batches of a few records: Kafka hands out whole batches, so a small fetch reads a
+        # few records and a read of this partition takes many fetches.
+        produce({**broker.config, "batch.size": 4096}, "big", 0, rows)
         yield broker
     finally:
         broker.stop()
