@@ -271,6 +271,8 @@ def start_broker(
     if proxied and nodes != 1:
         raise BrokerError("a proxied cluster has one node (the proxy stands for one broker)")
     base = Path(log_dir) if log_dir else None
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"ferry-kafka-{name}-", dir=base))
     _log4j(folder)
     cluster = LocalBroker(
