@@ -165,6 +165,21 @@ def standalone(tmp_path_factory) -> Iterator[Standalone]:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
+def completed_executors(standalone: Standalone, name: str) -> list[Path]:
+    """The executor folders of the completed application `name` (at least one)."""
+    [app] = wait_for(
+        "the application completing",
+        lambda: [
+            a
+            for a in get_json(f"{standalone.webui}/json/")["completedapps"]
+            if a["name"] == name
+        ],
+    )
+    executors = list((standalone.work_dir / app["id"]).iterdir())
+    assert executors, f"the worker launched no executor for {app['id']}"
+    return executors
+
+
 def migrate_on_cluster(standalone: Standalone, config: str, tmp_path: Path) -> list[dict]:
     """`spark-submit.sh --master spark://… migrate --execute` as a user runs it (the job's
     Python comes from the shipped environment, not this one); asserts exit 0 (with the Spark
@@ -206,16 +221,7 @@ def test_migrate_runs_on_a_standalone_cluster(standalone, clusters, unique, tmp_
 
     # The master ran the application and the worker launched its executors, which ran with
     # the shipped environment unpacked beside them.
-    [app] = wait_for(
-        "the application completing",
-        lambda: [
-            a
-            for a in get_json(f"{standalone.webui}/json/")["completedapps"]
-            if a["name"] == "ferry-migrate"
-        ],
-    )
-    executors = list((standalone.work_dir / app["id"]).iterdir())
-    assert executors, f"the worker launched no executor for {app['id']}"
+    executors = completed_executors(standalone, "ferry-migrate")
     assert all((e / "environment" / "bin" / "python").is_file() for e in executors)
 
 

@@ -28,7 +28,7 @@ from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.security import mutual_tls, other_ca, sasl_ssl, stranger
 
 from .jobrunner import ROOT, ledger_rows, run_job
-from .test_cluster import get_json, migrate_on_cluster, standalone, wait_for  # noqa: F401
+from .test_cluster import completed_executors, migrate_on_cluster, standalone  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -142,12 +142,11 @@ def run_secured(env: dict, job: str, *argv: str):  # noqa: ANN201 - a JobResult
     return result
 
 
-@pytest.fixture(scope="module")
-def world(secured):
+def stopped_group(secured, prefix: str) -> dict:  # noqa: ANN001
     """Topic t (2 partitions) on the SASL_SSL source, replicated from offset 5 to the mTLS
     destination; group g stopped at 30 / 12 on the source (exact destination: 25 / 7)."""
     src, dst = secured["sasl"], secured["mtls"]
-    u = f"s{int(time.time() * 1000) % 10**8}"
+    u = f"{prefix}{int(time.time() * 1000) % 10**8}"
     topic = f"{u}-t"
     create_topics(src.config, {topic: 2})
     create_topics(dst.config, {topic: 2})
@@ -158,6 +157,11 @@ def world(secured):
     group = f"{u}-g"
     commit_offsets(src.config, group, {(topic, 0): 30, (topic, 1): 12})
     return {"u": u, "topic": topic, "group": group}
+
+
+@pytest.fixture(scope="module")
+def world(secured):
+    return stopped_group(secured, "s")
 
 
 def committed(broker, group: str) -> dict:  # noqa: ANN001 - a LocalBroker
@@ -306,16 +310,9 @@ def test_migrate_on_a_standalone_cluster_ships_the_certificates(
     """`./spark-submit.sh --master spark://… migrate --execute` with every read on the
     executors (`reader.driver_max_offsets: 0`): the ${VAR}-named files are shipped with
     --files and the executors' readers open their copies, in their working directories."""
-    src, dst = secured["sasl"], secured["mtls"]
-    u = f"c{int(time.time() * 1000) % 10**8}"
-    topic, group = f"{u}-t", f"{u}-g"
-    create_topics(src.config, {topic: 2})
-    create_topics(dst.config, {topic: 2})
-    for p in (0, 1):
-        records = [Record(b"k", f"{p}-{i}".encode(), BASE + i * 10) for i in range(40)]
-        produce(src.config, topic, p, records)
-        produce(dst.config, topic, p, records[5:])
-    commit_offsets(src.config, group, {(topic, 0): 30, (topic, 1): 12})
+    dst = secured["mtls"]
+    placed = stopped_group(secured, "c")
+    u, topic, group = placed["u"], placed["topic"], placed["group"]
     config = migrate_config(tmp_path, secured, u, reader={"driver_max_offsets": 0})
 
     plan = migrate_on_cluster(standalone, config, tmp_path)
@@ -325,16 +322,7 @@ def test_migrate_on_a_standalone_cluster_ships_the_certificates(
     }
     assert committed(dst, group) == {(topic, 0): 25, (topic, 1): 7}
 
-    [app] = wait_for(
-        "the application completing",
-        lambda: [
-            a
-            for a in get_json(f"{standalone.webui}/json/")["completedapps"]
-            if a["name"] == "ferry-migrate"
-        ],
-    )
-    executors = list((standalone.work_dir / app["id"]).iterdir())
-    assert executors, f"the worker launched no executor for {app['id']}"
+    executors = completed_executors(standalone, "ferry-migrate")
     shipped = {Path(v).name for k, v in env.items() if not k.endswith(("PASSWORD", "USERNAME"))}
     for executor in executors:
         assert shipped <= {f.name for f in executor.iterdir()}, executor
