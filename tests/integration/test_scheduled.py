@@ -171,21 +171,34 @@ def test_pending_exits_75_and_wait_resolves(clusters, tmp_path, unique):
     assert bad.stderr.strip() == "error: --wait 'soon' is not a duration like 90s, 10m, 1h or PT5M"
 
 
-def _transactional(config: dict, topic: str, batches: list[tuple[list[Record], bool]], tid: str):
-    """Produce each batch in its own transaction, committed or aborted, one record per batch
-    (the test broker's watermarks are exact only then)."""
+def _transactional(
+    config: dict, topic: str, batches: list[tuple[list[Record], bool]], tid: str
+) -> list[list[int]]:
+    """Produce each batch in its own transaction, committed or aborted, each record in a
+    batch of its own; returns the offsets every batch's records got (aborted ones too)."""
     producer = Producer({**config, "transactional.id": tid, "linger.ms": 0, "log_level": 0})
     producer.init_transactions(10)
+    out: list[list[int]] = []
     for records, commit in batches:
+        offsets: list[int] = []
         producer.begin_transaction()
         for r in records:
-            producer.produce(topic, key=r.key, value=r.value, partition=0, timestamp=r.timestamp_ms)
+            producer.produce(
+                topic,
+                key=r.key,
+                value=r.value,
+                partition=0,
+                timestamp=r.timestamp_ms,
+                on_delivery=lambda err, msg, got=offsets: got.append(msg.offset()),
+            )
             producer.flush(10)
         if commit:
             producer.commit_transaction(10)
         else:
             producer.abort_transaction(10)
+        out.append(offsets)
     producer.flush(10)
+    return out
 
 
 def _read_committed(config: dict, topic: str, probe_group: str) -> list:
@@ -211,12 +224,12 @@ def _read_committed(config: dict, topic: str, probe_group: str) -> list:
 
 
 def test_transactional_source_migrates_exactly(clusters, tmp_path, unique):
-    """Commit and abort markers take source offsets that the replica never has.
+    """Commit and abort markers, and aborted records, take source offsets that the replica
+    never has.
 
     The replica holds what a read_committed consumer of the source reads (a replicator's
-    view): on Apache Kafka that leaves aborted records out; the test broker returns them to
-    read_committed readers too, so there they are replicated like any other record. Either
-    way the destination offsets differ from the source's by the markers."""
+    view): Apache Kafka leaves the aborted records out, as it does the markers, so the
+    destination offsets differ from the source's by both."""
     src, dst = clusters
     topic = f"{unique}-t"
     create_topics(src.config, {topic: 1})
@@ -230,20 +243,23 @@ def test_transactional_source_migrates_exactly(clusters, tmp_path, unique):
         (unique_records("aborted2", 3, base_ms=recs[13].timestamp_ms), False),
         (recs[13:30], True),
     ]
-    _transactional(src.config, topic, batches, f"{unique}-tx")
+    produced = _transactional(src.config, topic, batches, f"{unique}-tx")
+    markers = [got[-1] + 1 for got in produced]  # each transaction's marker follows it
+    aborted = [o for got, (_, ok) in zip(produced, batches, strict=True) if not ok for o in got]
+    assert markers == [5, 10, 18, 20, 24, 42] and len(aborted) == 7, produced
     seen = _read_committed(src.config, topic, f"{unique}-probe")
     offsets = [m.offset() for m in seen]
-    assert offsets[-1] + 1 - len(offsets) == 5, offsets  # markers of the first 5 transactions
+    assert offsets == sorted(set(range(markers[-1])) - set(markers) - set(aborted)), offsets
     produce(
         dst.config,
         topic,
         0,
         [Record(m.key(), m.value(), m.timestamp()[1]) for m in seen],
     )
-    markers = sorted(set(range(offsets[-1] + 2)) - set(offsets))
     groups = {
         f"{unique}-after-marker": markers[1] + 1,  # right after an abort marker
         f"{unique}-on-marker": markers[2],  # the committed offset is a commit marker
+        f"{unique}-in-aborted": aborted[1],  # inside an aborted transaction
         f"{unique}-mid": offsets[9] + 1,
         f"{unique}-end": offsets[-1] + 2,  # past the last commit marker: caught up
     }

@@ -29,30 +29,66 @@ def create_topics(
     *,
     replication_factor: int = -1,
     topic_config: Mapping[str, str] | None = None,
+    replicas: Mapping[str, Sequence[Sequence[int]]] | None = None,
 ) -> None:
     """Create topics (name → partition count); existing topics are left alone.
 
     Replicated as the cluster's `default.replication.factor` says (one node: 1, three: 3)
-    unless `replication_factor` is given. Every topic keeps its records whatever their
-    timestamps (`retention.ms=-1`): tests stamp records in the past, and Kafka's retention
-    check (30 s after a broker starts, then every 5 minutes) would otherwise delete every
-    record older than 7 days, moving the log start to the log end mid-test. `topic_config`
-    adds topic settings (`cleanup.policy`, `segment.ms`, ...) and wins over that default."""
+    unless `replication_factor` is given. `topic_config` sets topic settings
+    (`cleanup.policy`, `segment.ms`, ...). `replicas` places a topic's partitions (topic →
+    one list of node ids per partition, the preferred leader first; the partition count is
+    then the number of lists)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(dict(config))
     existing = set(admin.list_topics(timeout=10).topics)
-    settings = {"retention.ms": "-1", **(topic_config or {})}
+    settings = dict(topic_config or {})
+    placed = replicas or {}
     new = [
-        NewTopic(name, count, replication_factor, config=dict(settings))
+        NewTopic(
+            name,
+            len(placed[name]),
+            replica_assignment=[list(r) for r in placed[name]],
+            config=dict(settings),
+        )
+        if name in placed
+        else NewTopic(name, count, replication_factor, config=dict(settings))
         for name, count in topics.items()
         if name not in existing
     ]
     if not new:
         return
-    for future in admin.create_topics(new, operation_timeout=10).values():
-        future.result()
-    _wait_for_leaders(admin, {t.topic: t.num_partitions for t in new})
+    _create(admin, new)
+    names = [t.topic for t in new]
+    _wait_for_leaders(admin, {n: len(placed[n]) if n in placed else topics[n] for n in names})
+
+
+def _create(admin, new: list, timeout_s: float = 30) -> None:  # noqa: ANN001
+    """CreateTopics, retried on transient errors (a cluster whose node was just restarted
+    can drop the request's connection); a topic the lost attempt did create counts."""
+    from confluent_kafka import KafkaError
+
+    from ferry.kafka.admin import is_transient
+
+    deadline = time.monotonic() + timeout_s
+    pending, attempt = list(new), 0
+    while pending:
+        failed = []
+        futures = admin.create_topics(pending, operation_timeout=10)
+        for topic in pending:
+            try:
+                futures[topic.topic].result()
+            except Exception as exc:  # noqa: BLE001 - classified below
+                err = exc.args[0] if exc.args else None
+                exists = getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS
+                if exists and attempt > 0:
+                    continue
+                if not is_transient(exc) or time.monotonic() > deadline:
+                    raise
+                failed.append(topic)
+        pending, attempt = failed, attempt + 1
+        if pending:
+            time.sleep(0.5)
 
 
 def _wait_for_leaders(admin, topics: Mapping[str, int], timeout_s: float = 30) -> None:  # noqa: ANN001
