@@ -6,7 +6,7 @@ STAMP := $(VENV)/.ferry-installed
 PYTHON ?= python3
 LIB_SOURCES := $(shell find lib/ferry -name '*.py' 2>/dev/null)
 
-.PHONY: install demo test test-cluster test-faults package bench lint clean
+.PHONY: install demo test test-slow test-cluster test-faults package bench lint clean
 
 install: $(STAMP)
 
@@ -38,7 +38,12 @@ demo: install
 	$(PY) -m ferry.demo
 
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider -m 'not cluster and not faults'
+	$(PY) -m pytest -q -p no:cacheprovider -m 'not cluster and not faults and not slow'
+
+# Suites that start JVMs of their own beside the shared clusters and Spark session: TLS and
+# SASL clusters, a delta-spark driver (`make test` stays within 10 minutes without them).
+test-slow: install
+	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and not cluster and not faults'
 
 # A Spark standalone master and worker started from the installed PySpark, running a job
 # with the packaged environment (see tests/integration/test_cluster.py).

@@ -41,7 +41,8 @@ from ferry.audit import table as audit_table
 from ferry.lag import history
 from ferry.write import ledger
 
-pytestmark = pytest.mark.integration
+# A delta-spark driver of its own beside the test session: `make test-slow`.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("ledger", "history", "audit")

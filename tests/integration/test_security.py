@@ -30,7 +30,8 @@ from ferry.testing.security import mutual_tls, other_ca, sasl_ssl, stranger
 from .jobrunner import ROOT, ledger_rows, run_job
 from .test_cluster import completed_executors, migrate_on_cluster, standalone  # noqa: F401
 
-pytestmark = pytest.mark.integration
+# Two clusters of their own (TLS handshakes, SCRAM): `make test-slow`, beside the standalone test.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BASE = 1_760_000_000_000
 
