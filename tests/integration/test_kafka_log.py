@@ -35,7 +35,7 @@ from ferry.testing.produce import (
 
 from .jobrunner import run_job, write_migrate_config
 
-# Clusters of its own (a log cleaner that runs every second): `make test-slow`.
+# Clusters of its own (a log cleaner that looks for work every 100 ms): `make test-slow`.
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BASE = 1_760_000_000_000
