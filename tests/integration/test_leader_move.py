@@ -2,13 +2,13 @@
 and `lag-snapshot` finish exact, exit 0.
 
 The source is a three-node KRaft cluster (topics replicated three ways). Every scenario puts
-the leaders of the partitions it reads, and the coordinator of its groups, on one node, and
-stops that node while the job runs: mid-read (armed in the read loop, after the first records
-of the moving cluster arrived; the stop runs in a thread while the read goes on) or between
-stages (after discovery, after the group listing). Killed (SIGKILL: the controller notices
-after `broker.session.timeout.ms`, 9 s, and only then elects new leaders) or stopped
-gracefully (a controlled shutdown hands leadership over first). The node is started again
-after each scenario.
+the leaders of the partitions it reads, and the coordinator of its first group, on one node,
+and stops that node while the job runs: mid-read (armed in the read loop: after the first
+records of the moving cluster arrived, the read goes on once the node is down) or between
+stages (after discovery, after the group listing; the job goes on while the node stops).
+Killed (SIGKILL: the controller notices after `broker.session.timeout.ms`, 9 s, and only then
+elects new leaders) or stopped gracefully (a controlled shutdown hands leadership over
+first). The node is started again after each scenario.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ def coordinator(config: dict, group: str) -> int:
 
 def world(moving, steady, unique: str) -> tuple[str, int]:
     """A topic of 3 partitions on the moving cluster whose leaders, and the coordinator of
-    the scenario's groups, are one node (returned); the steady destination holds a copy from
-    offset 20."""
+    the scenario's first group, are one node (returned); the steady destination holds a copy
+    from offset 20."""
     topic = f"{unique}-t"
     node = coordinator(moving.config, f"{unique}-a")
     others = [n.node_id for n in moving.nodes if n.node_id != node]
