@@ -204,12 +204,12 @@ def test_migrate_finishes_exact_when_the_source_leader_moves(
         took = time.monotonic() - started
         assert stopper.thread is not None, "the node was not stopped"
         stopper.thread.join()
+        assert run.code == 0, run.stderr
         assert node not in leaders(moving.config, topic)
     finally:
         monkeypatch.undo()
         if stopper.thread is not None:
             stopper.restart()
-    assert run.code == 0, run.stderr
     assert set(group_statuses(run).values()) == {"COMMITTED"}, run.stdout
     if seen is not None:
         assert seen["after"] > AFTER_STOP, f"only {seen['after']} records read after the stop"
@@ -254,13 +254,13 @@ def test_lag_snapshot_finishes_exact_when_the_leader_moves(
         after = int(time.time() * 1000)
         assert stopper.thread is not None, "the node was not stopped"
         stopper.thread.join()
+        assert run.code == 0, run.stderr
         assert node not in leaders(moving.config, topic)
         assert coordinator(moving.config, f"{unique}-a") != node
     finally:
         monkeypatch.undo()
         if stopper.thread is not None:
             stopper.restart()
-    assert run.code == 0, run.stderr
     if seen is not None:
         assert seen["after"] > AFTER_STOP, f"only {seen['after']} records read after the stop"
     from ferry.lag import history
