@@ -346,7 +346,10 @@ def _cluster_id() -> str:
     `kafka-storage random-uuid` prints)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:  # one in 64 starts with "-", which the format command takes for an option
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @contextmanager
