@@ -59,8 +59,7 @@ def create_topics(
     if not new:
         return
     _create(admin, new)
-    names = [t.topic for t in new]
-    _wait_for_leaders(admin, {n: len(placed[n]) if n in placed else topics[n] for n in names})
+    _wait_for_leaders(admin, {t.topic: t.num_partitions for t in new})
 
 
 def _create(admin, new: list, timeout_s: float = 30) -> None:  # noqa: ANN001
