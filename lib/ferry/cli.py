@@ -24,18 +24,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, NoReturn
 
-EXIT_OK = 0
-EXIT_INCOMPLETE = 1
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad arguments or config: exit code 2."""
-
-
-class FerryError(Exception):
-    """The run could not do what it was asked: exit code 1."""
-
+from ferry.errors import (  # noqa: F401 - re-exported until every caller imports ferry.errors
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    EXIT_USAGE,
+    FerryError,
+    UsageError,
+)
 
 _SPAN = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)$")
 _SPAN_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

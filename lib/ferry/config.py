@@ -19,12 +19,10 @@ from typing import Any
 
 import yaml
 
+from ferry.errors import ConfigError  # noqa: F401 - re-exported
+
 CLUSTER_SECTIONS = ("source", "destination", "cluster")
 HASH_FIELDS = ("key", "value", "headers")
-
-
-class ConfigError(Exception):
-    """A config problem, described in one line."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-TopicPartitionKey = tuple[str, int]
+from ferry.types import TopicPartitionKey
 
 SPECS = (
     "to_earliest",

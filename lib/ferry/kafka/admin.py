@@ -25,8 +25,8 @@ from typing import TypeVar
 
 from ferry.kafka.cluster import Cluster, ClusterError, ClusterRefusedError
 from ferry.status import GroupState
+from ferry.types import TopicPartitionKey  # noqa: F401 - re-exported
 
-TopicPartitionKey = tuple[str, int]
 OFFSET_INVALID = -1001  # librdkafka's "no offset"
 
 

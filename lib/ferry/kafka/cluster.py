@@ -15,23 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ferry.config import ConfigError
+from ferry.errors import ClusterError, ClusterRefusedError  # noqa: F401 - re-exported
 from ferry.shipping import local_paths
 
 if TYPE_CHECKING:
     from ferry.config import FerryConfig
-
-
-class ClusterError(RuntimeError):
-    """A cluster call failed; the message names the cluster and what was asked."""
-
-
-class ClusterRefusedError(ClusterError, ConfigError):
-    """The cluster and this client's security settings disagree: authentication failed (a
-    wrong SASL password or user), the broker's certificate is not trusted (`ssl.ca.location`),
-    or the broker refused the client's certificate. A ConfigError, so exit code 2: running
-    again unchanged cannot succeed (unlike an unreachable cluster, exit 1), and a scheduler
-    that retries failed runs should not keep presenting bad credentials."""
 
 
 # librdkafka reports these only to `error_cb`: the request itself just times out.
