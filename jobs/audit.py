@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 
 from ferry import audit, migrate
 from ferry.cli import (
-    EXIT_INCOMPLETE,
     ArgumentParser,
     Progress,
     add_common_arguments,
@@ -31,6 +30,7 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
+from ferry.groups.selection import require_groups
 from ferry.session import build_session
 from ferry.status import GroupState
 from ferry.write.ledger import new_run_id
@@ -60,11 +60,7 @@ def main(argv: list[str]) -> int:
     disc = migrate.discover(
         src, dst, cfg, allow_active_source=True, plan_active=True, group_pattern=args.group
     )
-    if not disc.groups:
-        what = f"--group {args.group} and " if args.group else ""
-        print(f"error: no source group matches {what}groups.include / groups.exclude",
-              file=sys.stderr)  # fmt: skip
-        return EXIT_INCOMPLETE
+    require_groups(disc.groups, "source group", args.group, cfg.groups)
     active = sorted(g for g, s in disc.source_states.items() if GroupState.parse(s).is_active)
     if active:
         progress(

@@ -31,16 +31,15 @@ from pyspark import StorageLevel
 
 from ferry import delta, kafka, offsets_topic
 from ferry.cli import (
-    EXIT_OK,
     ArgumentParser,
     Progress,
-    UsageError,
     add_common_arguments,
     emit,
     exit_process,
     run,
 )
 from ferry.config import load_config, require
+from ferry.errors import EXIT_OK, UsageError
 from ferry.session import build_session
 from ferry.write.ledger import new_run_id
 

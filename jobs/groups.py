@@ -26,11 +26,8 @@ import time
 
 from ferry import kafka
 from ferry.cli import (
-    EXIT_INCOMPLETE,
-    EXIT_OK,
     ArgumentParser,
     Progress,
-    UsageError,
     add_common_arguments,
     check_regex,
     emit,
@@ -39,6 +36,7 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
+from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, NoGroupsError, UsageError
 from ferry.groups import changes, describe, reset, selection
 from ferry.session import build_session, start_session
 from ferry.write import commit, rollback
@@ -173,7 +171,7 @@ def describe_main(args, cfg, cluster, progress) -> int:  # noqa: ANN001
     state = describe.fetch_groups(cluster, names)
     rows = describe.position_rows(state, args.topic)
     if not rows:
-        raise describe.NoGroupsError(
+        raise NoGroupsError(
             f"no committed or assigned partitions for the selected groups on {cluster.name}"
         )
     # The session starts while Kafka is read on the driver; neither waits for the other.

@@ -15,7 +15,6 @@ import time
 
 from ferry import kafka
 from ferry.cli import (
-    EXIT_OK,
     ArgumentParser,
     Progress,
     add_common_arguments,
@@ -24,7 +23,8 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
-from ferry.groups import describe
+from ferry.errors import EXIT_OK, NoGroupsError
+from ferry.groups import describe, selection
 from ferry.lag import history
 from ferry.session import start_session
 
@@ -46,16 +46,11 @@ def main(argv: list[str]) -> int:
     kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     progress = Progress(not args.quiet)
 
-    names = [g for g in describe.select_groups(cluster, args.group) if cfg.groups.matches(g)]
-    if not names:
-        what = f"--group {args.group} and " if args.group else ""
-        raise describe.NoGroupsError(
-            f"no group on {cluster.name} matches {what}groups.include / groups.exclude"
-        )
+    names = selection.matching_groups(cluster, args.group, cfg.groups)
     state = describe.fetch_groups(cluster, names)
     rows = describe.position_rows(state)
     if not rows:
-        raise describe.NoGroupsError(
+        raise NoGroupsError(
             f"no committed or assigned partitions for the selected groups on {cluster.name}"
         )
     progress(

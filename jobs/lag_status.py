@@ -24,11 +24,8 @@ from collections import Counter
 
 from ferry import delta
 from ferry.cli import (
-    EXIT_OK,
     ArgumentParser,
-    FerryError,
     Progress,
-    UsageError,
     add_common_arguments,
     check_regex,
     emit,
@@ -37,6 +34,7 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
+from ferry.errors import EXIT_OK, FerryError, UsageError
 from ferry.groups import reset
 from ferry.lag import history
 from ferry.session import build_session

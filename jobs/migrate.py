@@ -19,7 +19,6 @@ import time
 
 from ferry import migrate
 from ferry.cli import (
-    EXIT_INCOMPLETE,
     ArgumentParser,
     Progress,
     add_common_arguments,
@@ -29,6 +28,7 @@ from ferry.cli import (
     run,
 )
 from ferry.config import load_config, require
+from ferry.groups.selection import require_groups
 from ferry.session import build_session
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import rollback
@@ -107,9 +107,7 @@ def main(argv: list[str]) -> int:
 
     progress("discovering groups")
     disc = migrate.discover(src, dst, cfg, args.allow_active_source)
-    if not disc.groups:
-        print("error: no source group matches groups.include / groups.exclude", file=sys.stderr)
-        return EXIT_INCOMPLETE
+    require_groups(disc.groups, "source group", None, cfg.groups)
     for warning in disc.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     progress(f"{len(disc.groups)} groups selected, {len(disc.refusals)} refused")

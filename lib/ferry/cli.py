@@ -1,6 +1,7 @@
 """What every job shares at the edges: argument parsing, one-line errors and exit codes,
-output as table/json/csv, progress on stderr, and `--print-config` (the config as the job
-resolves it, printed before anything connects).
+output as table/json/csv (`ferry.output`, re-exported here), progress on stderr, and
+`--print-config` (the config as the job resolves it, printed before anything connects).
+Nothing in the library imports this module: errors and exit codes come from `ferry.errors`.
 
 Exit codes: 0 the run did all it was asked; 1 it did not (a group refused, a partition not
 resolved, a cluster failing mid-run); 2 usage or config errors; `migrate` also 75 (run again
@@ -12,25 +13,17 @@ error line names when the failure came out of Spark.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
 import os
 import re
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import date, datetime
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from ferry.errors import (  # noqa: F401 - re-exported until every caller imports ferry.errors
-    EXIT_INCOMPLETE,
-    EXIT_OK,
-    EXIT_USAGE,
-    FerryError,
-    UsageError,
-)
+from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, ConfigError, UsageError, one_line
+from ferry.groups.selection import check_regex  # noqa: F401 - re-exported for the jobs
+from ferry.output import emit, emit_json, render  # noqa: F401 - re-exported for the jobs
 
 _SPAN = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)$")
 _SPAN_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -90,7 +83,7 @@ def resolved_config_yaml(path: str | None, overrides: Sequence[str]) -> str:
     import yaml
 
     from ferry.config import CLUSTER_SECTIONS, load_config
-    from ferry.shipping import local_paths
+    from ferry.shipped import local_paths
 
     cfg = load_config(path, overrides)
 
@@ -129,40 +122,6 @@ def _print_config(args: Sequence[str]) -> int:
     known, _ = parser.parse_known_args(list(args))
     sys.stdout.write(resolved_config_yaml(known.config, known.set))
     return EXIT_OK
-
-
-_WRAPPED = re.compile(
-    r"(?:KafkaReadError|ClusterError|FerryError|OffsetsDecodeError|ConfigError)"
-    r": (?P<msg>[^\n]+)"
-)
-
-
-def check_regex(option: str, pattern: str | None) -> None:
-    """A command-line regex that does not compile is a usage error naming the option."""
-    if pattern is None:
-        return
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"{option} {pattern!r} is not a valid regex: {exc}") from None
-
-
-_CAUSE = re.compile(r"^(?:Caused by: |: )?[\w.$]+(?:Exception|Error): (?P<msg>\S[^\n]*)$", re.M)
-
-
-def one_line(exc: BaseException) -> str:
-    """The message a user needs; digs our own errors out of Spark's wrapped exceptions, and
-    the first named cause out of a bare Java one ("An error occurred while calling o83.count.")."""
-    text = str(exc)
-    match = _WRAPPED.search(text)
-    if match:
-        return match.group("msg").strip()
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    if first.startswith("An error occurred while calling"):
-        cause = _CAUSE.search(text)
-        if cause:
-            return f"{first} {cause.group('msg').strip()}"[:500]
-    return first[:500]
 
 
 def _restore_stderr() -> None:
@@ -215,8 +174,6 @@ def _report(exc: BaseException, verbose: bool) -> None:
 
 def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> int:
     """Call a job's main and turn exceptions into one-line errors and exit codes."""
-    from ferry.config import ConfigError
-
     if argv is None:
         _restore_stderr()
 
@@ -264,59 +221,3 @@ class Progress:
     def __call__(self, message: str) -> None:
         if self.enabled:
             print(f"[{time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-_SCALARS = frozenset({int, str, float, bool, type(None)})
-
-
-def _plain(value: Any) -> Any:
-    if type(value) in _SCALARS:
-        return value
-    if isinstance(value, bytes | bytearray):
-        return value.hex()
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> str:
-    """Rows as an aligned table, a JSON array, or CSV with a header."""
-    data = [{c: _plain(r.get(c)) for c in columns} for r in rows]
-    if fmt == "json":
-        return _json_rows(data)
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(data)
-        return buf.getvalue()
-    cells = [[("-" if r[c] is None else str(r[c])) for c in columns] for r in data]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    lines += [
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _json_rows(data: list[dict[str, Any]]) -> str:
-    """A JSON array with one object per line. Each row goes through the C encoder (the
-    pure-Python one behind `indent=` took 2 s for 24,000 rows); the parsed value is the same."""
-    if not data:
-        return "[]\n"
-    return "[\n  " + ",\n  ".join(json.dumps(row, default=str) for row in data) + "\n]\n"
-
-
-def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> None:
-    sys.stdout.write(render(rows, columns, fmt))
-    sys.stdout.flush()
-
-
-def emit_json(value: object) -> None:
-    """Nested JSON (bytes as hex, times as ISO-8601) on stdout."""
-    sys.stdout.write(json.dumps(_plain(value), indent=2, default=str) + "\n")
-    sys.stdout.flush()

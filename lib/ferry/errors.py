@@ -1,10 +1,14 @@
-"""What a run can end in: the exit codes a scheduler acts on and the errors that map to them.
+"""What a run can end in: the exit codes a scheduler acts on, the errors that map to them, and
+the one line a user is shown for an error (`one_line`).
 
 A leaf module (it imports nothing of Ferry's), so every layer can raise these without
-importing the CLI, and pure modules stay importable without pyspark or confluent-kafka.
+importing the CLI, and pure modules stay importable without pyspark or confluent-kafka. The
+exit codes are defined here and nowhere else (tests/unit/test_structure.py checks).
 """
 
 from __future__ import annotations
+
+import re
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1  # the run did not do all it was asked (or a Spark/cluster failure)
@@ -24,6 +28,10 @@ class FerryError(Exception):
     """The run could not do what it was asked: exit code 1."""
 
 
+class NoGroupsError(FerryError):
+    """A group selection matched nothing: the cluster has nothing to act on (exit code 1)."""
+
+
 class ClusterError(RuntimeError):
     """A cluster call failed; the message names the cluster and what was asked."""
 
@@ -34,3 +42,26 @@ class ClusterRefusedError(ClusterError, ConfigError):
     or the broker refused the client's certificate. A ConfigError, so exit code 2: running
     again unchanged cannot succeed (unlike an unreachable cluster, exit 1), and a scheduler
     that retries failed runs should not keep presenting bad credentials."""
+
+
+# Our errors as Spark's wrapped exceptions (a Python worker's traceback, a Py4J error) quote them.
+_WRAPPED = re.compile(
+    r"(?:KafkaReadError|ClusterError|FerryError|OffsetsDecodeError|ConfigError)"
+    r": (?P<msg>[^\n]+)"
+)
+_CAUSE = re.compile(r"^(?:Caused by: |: )?[\w.$]+(?:Exception|Error): (?P<msg>\S[^\n]*)$", re.M)
+
+
+def one_line(exc: BaseException) -> str:
+    """The message a user needs; digs our own errors out of Spark's wrapped exceptions, and
+    the first named cause out of a bare Java one ("An error occurred while calling o83.count.")."""
+    text = str(exc)
+    match = _WRAPPED.search(text)
+    if match:
+        return match.group("msg").strip()
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if first.startswith("An error occurred while calling"):
+        cause = _CAUSE.search(text)
+        if cause:
+            return f"{first} {cause.group('msg').strip()}"[:500]
+    return first[:500]

@@ -6,8 +6,8 @@ shipped copies (spark-submit.sh runs this before every non-local submit).
   `--files` and rewritten to the file's name. Executors (on every non-local master) and a
   cluster-mode driver find `--files` in their working directory under that name; a
   client-mode driver runs here and is told where the originals are (`$FERRY_SHIPPED_FILES`,
-  read by `local_paths`). A value that is not a file here (a path inside the nodes' image,
-  `probe`, a directory) is left as is: it must exist on every node.
+  read by `ferry.shipped.local_paths`). A value that is not a file here (a path inside the
+  nodes' image, `probe`, a directory) is left as is: it must exist on every node.
 - Cluster deploy mode: the config file itself (a rewritten copy when a property was
   rewritten) and a `groups reset --from-file` CSV are shipped too, and the job is handed their
   names, so `--config conf/migrate.yaml` works as typed.
@@ -35,35 +35,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FILE_PROPERTIES = (
-    "ssl.ca.location",
-    "ssl.certificate.location",
-    "ssl.key.location",
-    "ssl.keystore.location",
-    "ssl.crl.location",
-    "sasl.kerberos.keytab",
-)
-SHIPPED_ENV = "FERRY_SHIPPED_FILES"
+from ferry.shipped import FILE_PROPERTIES
+
 _VAR = re.compile(r"\$\$\{([^}]*)\}|\$\{([^}]*)\}")  # `${VAR}` as ferry.config expands it
 
 
 class ShippingError(ValueError):
     """What was asked cannot be shipped: two files under one name."""
-
-
-def local_paths(conf: Mapping[str, object]) -> dict[str, object]:
-    """Client properties as this process must open them: a file property naming a file that
-    spark-submit.sh shipped is its original path on a client-mode driver (where
-    `$FERRY_SHIPPED_FILES` says), and stays the shipped name everywhere else (executors, a
-    cluster-mode driver: the copy is in the working directory)."""
-    shipped = os.environ.get(SHIPPED_ENV)
-    if not shipped:
-        return dict(conf)
-    originals = json.loads(shipped)
-    return {
-        k: originals.get(v, v) if k in FILE_PROPERTIES and isinstance(v, str) else v
-        for k, v in conf.items()
-    }
 
 
 @dataclass

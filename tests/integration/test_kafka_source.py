@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from ferry import kafka
-from ferry.cli import one_line
+from ferry.errors import one_line
 from ferry.hashing import record_hasher
 from ferry.kafka import Cluster, OffsetRange
 from ferry.kafka.source import FULL_SCHEMA, plan_partitions

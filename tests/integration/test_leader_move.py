@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 import ferry.migrate
 from ferry import kafka
-from ferry.groups import describe
+from ferry.groups import selection
 from ferry.kafka import reader
 from ferry.testing.brokers import start_broker
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
@@ -247,7 +247,7 @@ def test_lag_snapshot_finishes_exact_when_the_leader_moves(
         seen = arm_mid_read(monkeypatch, moving, stopper)
     else:
         seen = None
-        arm_after(monkeypatch, describe, "select_groups", stopper)
+        arm_after(monkeypatch, selection, "matching_groups", stopper)
     try:
         before = int(time.time() * 1000)
         run = run_job("lag-snapshot", "--config", config, "--group", f"{unique}-.*", "--quiet")

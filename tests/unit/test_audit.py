@@ -329,7 +329,7 @@ def test_the_table_is_appended_and_a_failure_names_it(spark, tmp_path):
     from deltalake import DeltaTable
 
     from ferry.audit import append
-    from ferry.cli import FerryError
+    from ferry.errors import FerryError
 
     at = datetime(2026, 11, 1, tzinfo=timezone.utc)
     rows = compare([plan(committed=30, exact=40)], {("t", 0, 30, 40): (7, True)})

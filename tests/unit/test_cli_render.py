@@ -8,7 +8,7 @@ import io
 import json
 from datetime import datetime, timezone
 
-from ferry.cli import render
+from ferry.output import render
 
 COLUMNS = ["group", "partition", "offset", "key", "time"]
 ROWS = [

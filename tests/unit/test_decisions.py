@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.cli import UsageError, one_line, parse_span
+from ferry.cli import parse_span
+from ferry.errors import UsageError, one_line
 from ferry.migrate.decision import decide, exit_code
 from ferry.migrate.plan import Plan
 from ferry.status import GroupState, GroupStatus
-from ferry.write import commit
+from ferry.write import commit, rules
 
 A0, A1 = ("a", 0), ("a", 1)
 
@@ -17,25 +18,25 @@ A0, A1 = ("a", 0), ("a", 1)
 @pytest.mark.parametrize(
     ("targets", "current", "allow_rewind", "expected"),
     [
-        ({A0: 10, A1: 20}, {}, False, commit.DECISION_FORWARD),  # a new group
-        ({A0: 10, A1: 20}, {A0: 5}, False, commit.DECISION_FORWARD),  # one partition unset
-        ({A0: 10, A1: 20}, {A0: 10, A1: 20}, False, commit.DECISION_ALREADY),
-        ({A0: 10, A1: 20}, {A0: 11, A1: 20}, False, commit.DECISION_ALREADY),  # moved on
-        ({A0: 10, A1: 20}, {A0: 11, A1: 19}, False, commit.DECISION_MIXED),
-        ({A0: 10, A1: 20}, {A0: 11}, False, commit.DECISION_MIXED),  # unset counts as behind
-        ({A0: 10, A1: 20}, {A0: 11, A1: 19}, True, commit.DECISION_FORWARD),
-        ({A0: 10, A1: 20}, {A0: 11, A1: 21}, True, commit.DECISION_FORWARD),  # rewinds
-        ({A0: 10, A1: 20}, {A0: 10, A1: 20}, True, commit.DECISION_ALREADY),  # nothing to do
+        ({A0: 10, A1: 20}, {}, False, rules.DECISION_FORWARD),  # a new group
+        ({A0: 10, A1: 20}, {A0: 5}, False, rules.DECISION_FORWARD),  # one partition unset
+        ({A0: 10, A1: 20}, {A0: 10, A1: 20}, False, rules.DECISION_ALREADY),
+        ({A0: 10, A1: 20}, {A0: 11, A1: 20}, False, rules.DECISION_ALREADY),  # moved on
+        ({A0: 10, A1: 20}, {A0: 11, A1: 19}, False, rules.DECISION_MIXED),
+        ({A0: 10, A1: 20}, {A0: 11}, False, rules.DECISION_MIXED),  # unset counts as behind
+        ({A0: 10, A1: 20}, {A0: 11, A1: 19}, True, rules.DECISION_FORWARD),
+        ({A0: 10, A1: 20}, {A0: 11, A1: 21}, True, rules.DECISION_FORWARD),  # rewinds
+        ({A0: 10, A1: 20}, {A0: 10, A1: 20}, True, rules.DECISION_ALREADY),  # nothing to do
     ],
 )
 def test_forward_decision(targets, current, allow_rewind, expected):
-    decision, reason = commit.forward_decision(targets, current, allow_rewind)
+    decision, reason = rules.forward_decision(targets, current, allow_rewind)
     assert decision == expected
-    assert (reason is not None) == (decision == commit.DECISION_MIXED)
+    assert (reason is not None) == (decision == rules.DECISION_MIXED)
 
 
 def test_mixed_reason_names_the_partitions():
-    _, reason = commit.forward_decision({A0: 10, A1: 20}, {A0: 11, A1: 19})
+    _, reason = rules.forward_decision({A0: 10, A1: 20}, {A0: 11, A1: 19})
     assert reason == (
         "destination group is ahead of the plan on a[0] and behind on a[1]; "
         "refused (--allow-rewind moves it back)"

@@ -881,7 +881,7 @@ def test_lag_status_now_option(text: str, expected: int) -> None:
 
 
 def test_lag_status_now_option_rejects_other_text() -> None:
-    from ferry.cli import UsageError
+    from ferry.errors import UsageError
     from tests.integration.jobrunner import load_job
 
     with pytest.raises(UsageError, match="--now 'yesterday'"):

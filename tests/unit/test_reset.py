@@ -153,8 +153,7 @@ def test_malformed_csv_names_the_line(text, message):
 
 
 def test_selection_reads_a_file_of_several_groups_narrowed_by_group(tmp_path):
-    from ferry.cli import UsageError
-    from ferry.groups.describe import NoGroupsError
+    from ferry.errors import NoGroupsError, UsageError
     from ferry.groups.selection import check_scope, read_offsets_file, reset_selection
 
     plan = tmp_path / "plan.csv"

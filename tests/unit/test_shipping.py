@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from ferry.config import load_config
-from ferry.shipping import SHIPPED_ENV, ShippingError, local_paths, plan_shipment
+from ferry.shipped import SHIPPED_ENV, local_paths
+from ferry.shipping import ShippingError, plan_shipment
 
 
 @pytest.fixture

@@ -16,31 +16,24 @@ The stages, top to bottom:
 A package of its own rather than a module of `ferry.migrate`: the audit is a job with its own
 verdicts, summary, exit rule and table, built on the migrate stages without changing them
 (the dependency runs one way, audit → migrate); the counting both jobs need lives with the
-migrate stages.
+migrate stages. The names below are imported from their module on first use (`ferry.lazy`),
+so `compare` is importable alone, without Spark.
 """
 
-from ferry.audit.compare import (
-    ROW_COLUMNS,
-    TABLE_COLUMNS,
-    audit_rows,
-    exit_code,
-    is_live,
-    summarize,
-    summary_lines,
-)
-from ferry.audit.table import AUDIT_SCHEMA, append
-from ferry.migrate.difference import count_records, row_span
+from ferry import lazy
 
-__all__ = [
-    "AUDIT_SCHEMA",
-    "ROW_COLUMNS",
-    "TABLE_COLUMNS",
-    "append",
-    "audit_rows",
-    "count_records",
-    "exit_code",
-    "is_live",
-    "row_span",
-    "summarize",
-    "summary_lines",
-]
+_HOMES = {
+    "AUDIT_SCHEMA": "ferry.audit.table",
+    "ROW_COLUMNS": "ferry.audit.compare",
+    "TABLE_COLUMNS": "ferry.audit.compare",
+    "append": "ferry.audit.table",
+    "audit_rows": "ferry.audit.compare",
+    "count_records": "ferry.migrate.difference",
+    "exit_code": "ferry.audit.compare",
+    "is_live": "ferry.audit.compare",
+    "row_span": "ferry.migrate.spans",
+    "summarize": "ferry.audit.compare",
+    "summary_lines": "ferry.audit.compare",
+}
+__all__ = sorted(_HOMES)
+__getattr__ = lazy.exports(__name__, _HOMES)

@@ -18,13 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from ferry.kafka.admin import TopicPartitionKey
-from ferry.migrate.difference import Count, row_span, signed_difference
+from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_TRY_AGAIN
+from ferry.migrate.spans import Count, row_span, signed_difference
 from ferry.status import AuditVerdict, GroupState, PartitionStatus
-
-EXIT_OK = 0
-EXIT_INCOMPLETE = 1
-EXIT_TRY_AGAIN = 75  # only PENDING rows: the replica has not caught up; run again later
+from ferry.types import TopicPartitionKey
 
 # One row's fields, in this order in JSON and CSV (the first ten are the table output's).
 ROW_COLUMNS = [

@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 )
 
 from ferry import delta
-from ferry.cli import FerryError, one_line
+from ferry.errors import FerryError, one_line
 
 AUDIT_SCHEMA = StructType(
     [

@@ -7,22 +7,23 @@ ledger, one verified request per group).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ferry import kafka
 from ferry.groups.describe import GroupState
 from ferry.groups.reset import ResetError, Target, resolve_targets, scoped_partitions
-from ferry.kafka.admin import GroupInfo, TopicPartitionKey
+from ferry.groups.selection import is_selected
+from ferry.kafka.admin import GroupInfo
 from ferry.kafka.cluster import Cluster
 from ferry.status import GroupStatus
-from ferry.write import commit
+from ferry.types import TopicPartitionKey
+from ferry.write import commit, rules
 
 
 def refusal(info: GroupInfo | None) -> str | None:
     """kafka-consumer-groups' own wording for a group that cannot be changed now."""
-    if info is None or info.is_inactive:
+    if info is None or info.state.is_inactive:
         return None
     return (
         f"Assignments can only be reset if the group '{info.group}' is inactive, "
@@ -58,11 +59,10 @@ def plan_copy(
     new group, which must be Empty or absent. Forward only, as `migrate`: a new group already
     at or past the source everywhere is left alone, one ahead on some partitions and behind on
     others is refused unless `allow_rewind`."""
-    regex = re.compile(topic_pattern) if topic_pattern else None
     offsets = {
         tp: o
         for tp, o in sorted(state.committed.get(source, {}).items())
-        if regex is None or regex.fullmatch(tp[0])
+        if is_selected(tp[0], topic_pattern)
     }
     source_info = state.infos.get(source)
     source_error = None
@@ -70,7 +70,7 @@ def plan_copy(
     if not offsets:
         what = f" on topics matching {topic_pattern}" if topic_pattern else ""
         source_error = f"group {source} has no committed offsets{what}"
-    elif source_info is not None and not source_info.is_inactive:
+    elif source_info is not None and not source_info.state.is_inactive:
         if allow_active_source:
             warnings.append(
                 f"source group {source} is {source_info.state}: its position is still moving; "
@@ -89,14 +89,14 @@ def plan_copy(
         info = state.infos.get(new)
         if error is None and new == source:
             error = f"group {new} is the source group"
-        if error is None and info is not None and not info.is_inactive:
+        if error is None and info is not None and not info.state.is_inactive:
             error = f"group {new} is {info.state}, not Empty; refused"
         change = GroupChange(new, "copy", targets, source, error, warnings=list(warnings))
         if error is None and previous:
-            decision, reason = commit.forward_decision(offsets, previous, allow_rewind)
-            if decision == commit.DECISION_MIXED:
+            decision, reason = rules.forward_decision(offsets, previous, allow_rewind)
+            if decision == rules.DECISION_MIXED:
                 change.error = reason
-            elif decision == commit.DECISION_ALREADY:
+            elif decision == rules.DECISION_ALREADY:
                 change.skip = f"group {new} is at or past {source} on every partition"
         changes.append(change)
     return changes

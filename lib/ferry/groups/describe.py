@@ -11,7 +11,6 @@ group is caught up, null when nothing is committed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from pyspark.sql.types import (
 from ferry import kafka
 from ferry.config import ReaderConfig
 from ferry.groups import positions
+from ferry.groups.selection import is_selected
 from ferry.kafka.admin import GroupInfo, TopicPartitionKey
 from ferry.kafka.cluster import Cluster
 from ferry.session import local_df
@@ -77,20 +77,7 @@ DESCRIBE_COLUMNS = [
 ]
 
 
-class NoGroupsError(kafka.ClusterError):
-    """A group selection matched nothing."""
-
-
 # ---------------------------------------------------------------------------------- extract
-
-
-def select_groups(cluster: Cluster, pattern: str | None) -> list[str]:
-    """Groups on the cluster whose id fully matches the regex (all groups when None)."""
-    names = kafka.list_groups(cluster)
-    if pattern is None:
-        return names
-    regex = re.compile(pattern)
-    return [g for g in names if regex.fullmatch(g)]
 
 
 @dataclass
@@ -112,14 +99,13 @@ def fetch_groups(cluster: Cluster, groups: Sequence[str]) -> GroupState:
 
 def position_rows(state: GroupState, topic_pattern: str | None = None) -> list[dict]:
     """One row per group × partition that is committed or assigned to a member."""
-    regex = re.compile(topic_pattern) if topic_pattern else None
     rows = []
     for group in sorted(state.infos):
         info = state.infos[group]
         owners = {tp: m for m in info.members for tp in m.get("assignment", ())}
         keys = set(state.committed.get(group, {})) | set(owners)
         for topic, partition in sorted(keys):
-            if regex is not None and not regex.fullmatch(topic):
+            if not is_selected(topic, topic_pattern):
                 continue
             member = owners.get((topic, partition), {})
             rows.append(

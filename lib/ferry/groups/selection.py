@@ -1,37 +1,85 @@
-"""What a `groups` verb acts on: the groups a `--group` regex selects on the cluster and, for
-`reset`, the `--topic` scope and the `--from-file` CSV (read and checked here, so the job only
+"""Which groups a job acts on — the one group selection every job calls (`select_groups`:
+a `--group` regex and the config's `groups.include` / `groups.exclude`) — and, for `groups
+reset`, the `--topic` scope and the `--from-file` CSV (read and checked here, so the job only
 hands its arguments over).
 
-Mistakes in what the user gave — a regex that does not compile, a malformed CSV line, a scope
-naming a topic or partition the cluster does not have, a missing scope — are usage errors
-(exit 2) naming the option; a selection that matches no group is `NoGroupsError` (exit 1: the
-cluster has nothing to act on).
+A regex selects a name when it fully matches it (`is_selected`, for `--group` and `--topic`
+alike). Mistakes in what the user gave — a regex that does not compile, a malformed CSV line,
+a scope naming a topic or partition the cluster does not have, a missing scope — are usage
+errors (exit 2) naming the option; a selection that matches no group is `NoGroupsError` (exit
+1: the cluster has nothing to act on), raised by `require_groups`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ferry.cli import UsageError, check_regex
-from ferry.groups.describe import NoGroupsError, select_groups
+from ferry import kafka
+from ferry.config import Selection
+from ferry.errors import NoGroupsError, UsageError
 from ferry.groups.reset import ResetError, parse_offsets_csv, parse_scope, scoped_partitions
-from ferry.kafka.admin import TopicPartitionKey
-from ferry.kafka.cluster import Cluster
+from ferry.types import TopicPartitionKey
+
+if TYPE_CHECKING:
+    from ferry.kafka.cluster import Cluster
 
 Scope = dict[str, tuple[int, ...] | None]  # topic → partitions (None: all of them)
 FileOffsets = dict[str, dict[TopicPartitionKey, int]]  # group → offsets
 
 
-def matching_groups(cluster: Cluster, pattern: str | None) -> list[str]:
-    """The cluster's groups whose id fully matches `pattern` (all when None); none is an error."""
+def check_regex(option: str, pattern: str | None) -> None:
+    """A command-line regex that does not compile is a usage error naming the option."""
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"{option} {pattern!r} is not a valid regex: {exc}") from None
+
+
+def is_selected(name: str, pattern: str | None) -> bool:
+    """Whether a user's regex (`--group`, `--topic`; None or empty: everything) selects `name`:
+    it must match the whole name, as the config's include/exclude regexes do."""
+    return not pattern or Selection((pattern,)).matches(name)
+
+
+def select_groups(
+    names: Iterable[str], pattern: str | None = None, selection: Selection | None = None
+) -> list[str]:
+    """Of `names`, in their order, the groups `pattern` selects (`is_selected`) and, when the
+    config's `groups` selection is given, that its include/exclude regexes select too."""
+    return [
+        n
+        for n in names
+        if is_selected(n, pattern) and (selection is None or selection.matches(n))
+    ]
+
+
+def require_groups(
+    names: list[str], subject: str, pattern: str | None = None, selection: Selection | None = None
+) -> list[str]:
+    """`names` when there are any; otherwise `NoGroupsError` saying what selected nothing:
+    "no {subject} matches --group P and groups.include / groups.exclude" (only the criteria
+    given; "no {subject} exists" when none was)."""
+    if names:
+        return names
+    criteria = ([f"--group {pattern}"] if pattern else []) + (
+        ["groups.include / groups.exclude"] if selection is not None else []
+    )
+    what = f"matches {' and '.join(criteria)}" if criteria else "exists"
+    raise NoGroupsError(f"no {subject} {what}")
+
+
+def matching_groups(
+    cluster: Cluster, pattern: str | None, selection: Selection | None = None
+) -> list[str]:
+    """The cluster's groups that `select_groups` keeps; none is `NoGroupsError`."""
     check_regex("--group", pattern)
-    names = select_groups(cluster, pattern)
-    if not names:
-        what = f"matches --group {pattern}" if pattern else "exists"
-        raise NoGroupsError(f"no group on {cluster.name} {what}")
-    return names
+    names = select_groups(kafka.list_groups(cluster), pattern, selection)
+    return require_groups(names, f"group on {cluster.name}", pattern, selection)
 
 
 def read_offsets_file(path: str) -> FileOffsets:
@@ -84,10 +132,8 @@ def reset_selection(
         return ResetSelection(names, scope, {names[0]: file_offsets[""]})
     if file_offsets is not None:
         check_regex("--group", group_pattern)
-        wanted = re.compile(group_pattern) if group_pattern else None
-        names = sorted(g for g in file_offsets if wanted is None or wanted.fullmatch(g))
-        if not names:
-            raise NoGroupsError(f"no group in {from_file} matches --group {group_pattern}")
+        names = select_groups(sorted(file_offsets), group_pattern)
+        require_groups(names, f"group in {from_file}", group_pattern)
         return ResetSelection(names, scope, file_offsets)
     if not group_pattern:
         raise UsageError("reset needs --group REGEX")

@@ -12,53 +12,38 @@
 - `probes`: first records at offsets and verified timestamp lookups;
 - `source`: the `ferry-kafka` Spark Python Data Source that reads large reads on executors.
 
-Everything else imports these names from `ferry.kafka`.
+Everything else imports these names from `ferry.kafka`; each is imported from its module on
+first use (`ferry.lazy`), so importing one module of this package does not load the Spark data
+source.
 """
 
-from ferry.kafka.admin import (
-    GroupActiveError,
-    GroupInfo,
-    TopicPartitionKey,
-    active_error,
-    check_reachable,
-    committed_offsets,
-    delete_groups,
-    describe_groups,
-    is_transient,
-    list_groups,
-    list_offsets,
-    list_topics,
-    watermarks,
-)
-from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
-from ferry.kafka.commits import alter_offsets_each, by_state
-from ferry.kafka.probes import first_records_at, offsets_for_timestamps
-from ferry.kafka.reader import KafkaReadError, OffsetRange, RangeReader
-from ferry.kafka.records import read
+from ferry import lazy
 
-__all__ = [
-    "Cluster",
-    "ClusterError",
-    "CommitUnknownError",
-    "GroupActiveError",
-    "GroupInfo",
-    "KafkaReadError",
-    "OffsetRange",
-    "RangeReader",
-    "TopicPartitionKey",
-    "active_error",
-    "alter_offsets_each",
-    "by_state",
-    "check_reachable",
-    "committed_offsets",
-    "delete_groups",
-    "describe_groups",
-    "first_records_at",
-    "is_transient",
-    "list_groups",
-    "list_offsets",
-    "list_topics",
-    "offsets_for_timestamps",
-    "read",
-    "watermarks",
-]
+_HOMES = {
+    "Cluster": "ferry.kafka.cluster",
+    "ClusterError": "ferry.errors",
+    "CommitUnknownError": "ferry.kafka.cluster",
+    "GroupActiveError": "ferry.kafka.admin",
+    "GroupInfo": "ferry.kafka.admin",
+    "KafkaReadError": "ferry.kafka.reader",
+    "OffsetRange": "ferry.kafka.reader",
+    "RangeReader": "ferry.kafka.reader",
+    "TopicPartitionKey": "ferry.types",
+    "active_error": "ferry.kafka.admin",
+    "alter_offsets_each": "ferry.kafka.commits",
+    "by_state": "ferry.kafka.commits",
+    "check_reachable": "ferry.kafka.admin",
+    "committed_offsets": "ferry.kafka.admin",
+    "delete_groups": "ferry.kafka.admin",
+    "describe_groups": "ferry.kafka.admin",
+    "first_records_at": "ferry.kafka.probes",
+    "is_transient": "ferry.kafka.admin",
+    "list_groups": "ferry.kafka.admin",
+    "list_offsets": "ferry.kafka.admin",
+    "list_topics": "ferry.kafka.admin",
+    "offsets_for_timestamps": "ferry.kafka.probes",
+    "read": "ferry.kafka.records",
+    "watermarks": "ferry.kafka.admin",
+}
+__all__ = sorted(_HOMES)
+__getattr__ = lazy.exports(__name__, _HOMES)

@@ -38,10 +38,6 @@ class GroupInfo:
     protocol_type: str | None = None
     members: tuple[dict, ...] = field(default_factory=tuple)
 
-    @property
-    def is_inactive(self) -> bool:
-        return self.state.is_inactive
-
 
 def _short(exc: BaseException) -> str:
     if isinstance(exc, concurrent.futures.TimeoutError):

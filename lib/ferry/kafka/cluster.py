@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ferry.errors import ClusterError, ClusterRefusedError  # noqa: F401 - re-exported
-from ferry.shipping import local_paths
+from ferry.shipped import local_paths
 
 if TYPE_CHECKING:
     from ferry.config import FerryConfig

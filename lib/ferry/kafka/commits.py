@@ -121,7 +121,7 @@ def by_state(
     active = {
         g: active_error(cluster, infos[g])
         for g in groups
-        if g not in errors and not infos[g].is_inactive
+        if g not in errors and not infos[g].state.is_inactive
     }
     inactive = [g for g in groups if g not in errors and g not in active]
     return inactive, errors, active

@@ -13,32 +13,27 @@ once, top to bottom:
    a scheduler acts on.
 6. `load`: write READY groups through `ferry.write.commit` (write-ahead ledger, claims, checks right
    before each write, read-back), record dry runs, export CSV.
+
+The names below are imported from their stage on first use (`ferry.lazy`): importing one stage
+does not load the others, and the pure ones (`decision`, `ranges`) load no Spark.
 """
 
-from ferry.migrate.decision import GroupDecision, decide, exit_code
-from ferry.migrate.discover import Discovery, discover
-from ferry.migrate.load import (
-    commit_groups,
-    dry_run_differences,
-    export_csv,
-    ledger_rows,
-    record_dry_run,
-)
-from ferry.migrate.plan import Plan, build_plan
-from ferry.migrate.ranges import merge_intervals
+from ferry import lazy
 
-__all__ = [
-    "Discovery",
-    "GroupDecision",
-    "Plan",
-    "build_plan",
-    "commit_groups",
-    "decide",
-    "discover",
-    "dry_run_differences",
-    "exit_code",
-    "export_csv",
-    "ledger_rows",
-    "merge_intervals",
-    "record_dry_run",
-]
+_HOMES = {
+    "Discovery": "ferry.migrate.discover",
+    "GroupDecision": "ferry.migrate.decision",
+    "Plan": "ferry.migrate.plan",
+    "build_plan": "ferry.migrate.plan",
+    "commit_groups": "ferry.migrate.load",
+    "decide": "ferry.migrate.decision",
+    "discover": "ferry.migrate.discover",
+    "dry_run_differences": "ferry.migrate.load",
+    "exit_code": "ferry.migrate.decision",
+    "export_csv": "ferry.migrate.load",
+    "ledger_rows": "ferry.migrate.load",
+    "merge_intervals": "ferry.migrate.ranges",
+    "record_dry_run": "ferry.migrate.load",
+}
+__all__ = sorted(_HOMES)
+__getattr__ = lazy.exports(__name__, _HOMES)

@@ -2,7 +2,7 @@
 
 A group is written only when every one of its partitions resolved (a reconciled topic: with no
 more duplicates than `--max-duplicates` allows) and the write moves the destination group
-forward (`ferry.write.commit.forward_decision` over the offsets it has now): a
+forward (`ferry.write.rules.forward_decision` over the offsets it has now): a
 group already at or past the plan everywhere is `ALREADY_MIGRATED` and left alone, one ahead
 on some partitions and behind on others is `REFUSED` unless `--allow-rewind`. The same rule is
 applied again right before each write, with the offsets the group has at that moment.
@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ferry.kafka.admin import TopicPartitionKey
-from ferry.migrate.plan import Plan
+from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_TRY_AGAIN
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus, PartitionStatus
-from ferry.write import commit
+from ferry.types import TopicPartitionKey
+from ferry.write import rules
 
-EXIT_OK = 0
-EXIT_INCOMPLETE = 1
-EXIT_TRY_AGAIN = 75  # EX_TEMPFAIL: only PENDING/CLAIMED groups are left; run again later
+if TYPE_CHECKING:
+    from ferry.migrate.plan import Plan
 
 
 @dataclass
@@ -69,15 +69,15 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
             for r in rows
             if r["previous_offset"] is not None
         }
-        decision, reason = commit.forward_decision(targets, previous, allow_rewind)
-        if decision == commit.DECISION_ALREADY:
+        decision, reason = rules.forward_decision(targets, previous, allow_rewind)
+        if decision == rules.DECISION_ALREADY:
             out[group] = GroupDecision(
                 group,
                 GroupStatus.ALREADY_MIGRATED,
                 "destination at or past the plan on every partition",
                 {},
             )
-        elif decision == commit.DECISION_MIXED:
+        elif decision == rules.DECISION_MIXED:
             out[group] = GroupDecision(group, GroupStatus.REFUSED, reason, {})
         elif (again := _delivered_again(rows)) > max_duplicates:
             out[group] = GroupDecision(

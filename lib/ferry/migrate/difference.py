@@ -30,13 +30,11 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
 from ferry.migrate.ranges import merge_intervals
+from ferry.migrate.spans import Count, Span, row_span, signed_difference
 from ferry.session import local_df
-
-Span = tuple[str, int, int, int]  # topic, partition, lo, hi: the offsets [lo, hi), lo < hi
-Count = tuple[int, bool]  # records in the span, whether they were counted (else: offset span)
+from ferry.types import TopicPartitionKey
 
 SPANS_SCHEMA = StructType(
     [
@@ -46,22 +44,6 @@ SPANS_SCHEMA = StructType(
         StructField("hi", LongType(), False),
     ]
 )
-
-
-def row_span(row: Mapping) -> Span | None:
-    """The span between a plan row's destination offset now (`previous_offset`) and its exact
-    one (`destination_offset`); None when either is missing or they are equal."""
-    committed, exact = row.get("previous_offset"), row.get("destination_offset")
-    if committed is None or exact is None or committed == exact or row.get("dst_partition") is None:
-        return None
-    lo, hi = sorted((committed, exact))
-    return (row["dst_topic"], row["dst_partition"], lo, hi)
-
-
-def signed_difference(committed: int, exact: int, records: int) -> int:
-    """`committed - exact` in records: positive ahead (records skipped), negative behind
-    (records delivered again)."""
-    return records if committed > exact else -records
 
 
 def plan_counts(

@@ -8,7 +8,6 @@ in flight at once, two ListOffsets; the source's and the destination's calls ove
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import TypeVar
 
 from ferry import kafka
 from ferry.config import FerryConfig
+from ferry.groups.selection import select_groups
 from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
 
@@ -84,10 +84,8 @@ def discover(
     kafka.check_reachable(dst)
     groups = [
         g
-        for g in kafka.list_groups(src)
-        if cfg.groups.matches(g)
-        and (only is None or g in only)
-        and (group_pattern is None or re.fullmatch(group_pattern, g))
+        for g in select_groups(kafka.list_groups(src), group_pattern, cfg.groups)
+        if only is None or g in only
     ]
     # The destination's offsets are fetched for every group, refused ones too: cheaper than
     # waiting for the states before asking.
@@ -108,7 +106,7 @@ def discover(
             for tp, off in committed_all[group].items()
             if not tp[0].startswith("__") and cfg.topics.matches(tp[0]) and tp[0] in src_topics
         }
-        if not source_info[group].is_inactive and not plan_active:
+        if not source_info[group].state.is_inactive and not plan_active:
             if allow_active_source:
                 disc.warnings.append(
                     f"source group {group} is {source_info[group].state}: its offsets may still "
@@ -119,7 +117,7 @@ def discover(
                     f"source group is {source_info[group].state}, not Empty; stop its consumers "
                     "or pass --allow-active-source"
                 )
-        if not destination_info[group].is_inactive and not plan_active:
+        if not destination_info[group].state.is_inactive and not plan_active:
             disc.refusals[group] = (
                 f"destination group is {destination_info[group].state}, not Empty; never moved"
             )

@@ -9,7 +9,7 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
 3. The rest are written in batches of `BATCH_GROUPS`, each batch in a handful of round trips
    whatever its size: one DescribeGroups for the batch (every group must be Empty or Dead),
    one round of OffsetFetch requests (the offsets each group has now), then per group the
-   forward rule (migrate, copy; see `forward_decision`), then every group's write — one
+   forward rule (migrate, copy; `ferry.write.rules`), then every group's write — one
    request per group, all in flight together, each retried only after reading what landed —
    and one round of read-backs (`ferry.kafka.commits`). The window between a group's state
    check and its write is one batch's offset fetch: the bound is the batch size.
@@ -25,46 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ferry import kafka
-from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
 from ferry.status import GroupStatus
+from ferry.types import TopicPartitionKey
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
+from ferry.write.rules import DECISION_ALREADY, DECISION_FORWARD, DECISION_MIXED, forward_decision
 
 # Groups per batch: each batch costs one describe, one fetch round, one write round, one
 # read-back round and one ledger commit; the check-to-write window grows with it.
 BATCH_GROUPS = 200
-
-DECISION_ALREADY = "already"
-DECISION_FORWARD = "forward"
-DECISION_MIXED = "mixed"
-
-
-def _names(keys: Sequence[TopicPartitionKey], limit: int = 4) -> str:
-    shown = ", ".join(f"{t}[{p}]" for t, p in keys[:limit])
-    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
-
-
-def forward_decision(
-    targets: Mapping[TopicPartitionKey, int],
-    current: Mapping[TopicPartitionKey, int],
-    allow_rewind: bool = False,
-) -> tuple[str, str | None]:
-    """Whether writing `targets` over `current` moves a group forward.
-
-    `already`: at or past the targets on every partition — nothing to write (with
-    `allow_rewind`, only when equal everywhere). `forward`: nowhere ahead, so the write only
-    moves offsets forward (or sets missing ones). `mixed`: ahead on some partitions and behind
-    on others — refused, with the reason naming both, unless `allow_rewind`."""
-    ahead = sorted(k for k, o in targets.items() if current.get(k) is not None and current[k] > o)
-    behind = sorted(k for k, o in targets.items() if current.get(k) is None or current[k] < o)
-    if not behind and (not ahead or not allow_rewind):
-        return DECISION_ALREADY, None
-    if not ahead or allow_rewind:
-        return DECISION_FORWARD, None
-    return DECISION_MIXED, (
-        f"destination group is ahead of the plan on {_names(ahead)} and behind on "
-        f"{_names(behind)}; refused (--allow-rewind moves it back)"
-    )
 
 
 @dataclass

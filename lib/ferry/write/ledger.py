@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 )
 
 from ferry import delta
-from ferry.cli import FerryError
+from ferry.errors import FerryError
 
 PHASE_PLAN = "plan"
 PHASE_INTENT = "intent"

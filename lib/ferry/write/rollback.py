@@ -205,7 +205,7 @@ def run_rollback(
     run changed another cluster than the one given: offsets are never written back to the
     wrong cluster."""
     from ferry import delta
-    from ferry.cli import UsageError
+    from ferry.errors import UsageError
 
     if not delta.exists(ledger_path):
         raise UsageError(f"no ledger at ledger.path {ledger_path}")
@@ -257,8 +257,9 @@ def rollback_job(
     """`migrate --rollback RUN_ID` and `groups rollback RUN_ID`: roll the run back on the
     config's `section` cluster (the one it changed), print one row per group partition and
     a summary, and return the exit code (0 every group rolled back, 1 not)."""
-    from ferry.cli import EXIT_INCOMPLETE, EXIT_OK, emit
     from ferry.config import require
+    from ferry.errors import EXIT_INCOMPLETE, EXIT_OK
+    from ferry.output import emit
     from ferry.session import build_session
 
     require(cfg, section, "ledger.path")

@@ -1,0 +1,68 @@
+"""Rows out on stdout: an aligned table, a JSON array or CSV with a header (`render`, `emit`),
+and nested JSON (`emit_json`); bytes as hex, times as ISO-8601. A leaf module, so library code
+that prints rows does not import the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
+
+_SCALARS = frozenset({int, str, float, bool, type(None)})
+
+
+def _plain(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> str:
+    """Rows as an aligned table, a JSON array, or CSV with a header."""
+    data = [{c: _plain(r.get(c)) for c in columns} for r in rows]
+    if fmt == "json":
+        return _json_rows(data)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(data)
+        return buf.getvalue()
+    cells = [[("-" if r[c] is None else str(r[c])) for c in columns] for r in data]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _json_rows(data: list[dict[str, Any]]) -> str:
+    """A JSON array with one object per line. Each row goes through the C encoder (the
+    pure-Python one behind `indent=` took 2 s for 24,000 rows); the parsed value is the same."""
+    if not data:
+        return "[]\n"
+    return "[\n  " + ",\n  ".join(json.dumps(row, default=str) for row in data) + "\n]\n"
+
+
+def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> None:
+    sys.stdout.write(render(rows, columns, fmt))
+    sys.stdout.flush()
+
+
+def emit_json(value: object) -> None:
+    """Nested JSON (bytes as hex, times as ISO-8601) on stdout."""
+    sys.stdout.write(json.dumps(_plain(value), indent=2, default=str) + "\n")
+    sys.stdout.flush()
