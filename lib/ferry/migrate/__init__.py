@@ -18,16 +18,20 @@ once, top to bottom:
 from ferry.migrate.decision import GroupDecision, decide, exit_code
 from ferry.migrate.discover import Discovery, discover
 from ferry.migrate.load import (
+    OUTPUT_COLUMNS,
     commit_groups,
     dry_run_differences,
     export_csv,
     ledger_rows,
+    output_rows,
     record_dry_run,
+    summary,
 )
-from ferry.migrate.plan import Plan, build_plan
+from ferry.migrate.plan import Plan, build_plan, replan_pending
 from ferry.migrate.ranges import merge_intervals
 
 __all__ = [
+    "OUTPUT_COLUMNS",
     "Discovery",
     "GroupDecision",
     "Plan",
@@ -40,5 +44,8 @@ __all__ = [
     "export_csv",
     "ledger_rows",
     "merge_intervals",
+    "output_rows",
     "record_dry_run",
+    "replan_pending",
+    "summary",
 ]
