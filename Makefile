@@ -62,6 +62,7 @@ bench: install
 	$(PY) bench/migrate_bench.py
 	$(PY) bench/lag_bench.py
 	$(PY) bench/groups_bench.py
+	$(PY) bench/many_groups_bench.py
 	$(PY) bench/audit_bench.py
 	$(PY) bench/busy_bench.py
 	$(PY) bench/reconcile_bench.py --records 20000 --scenario traffic groups wide

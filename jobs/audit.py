@@ -25,7 +25,7 @@ from ferry.cli import (
     add_common_arguments,
     check_regex,
     emit,
-    emit_json,
+    emit_json_document,
     exit_process,
     run,
 )
@@ -82,15 +82,13 @@ def main(argv: list[str]) -> int:
     summary = audit.summarize(rows, disc.groups)
 
     if args.output == "json":
-        emit_json(
+        head = {"run_id": run_id, "audited_at": audited_at}
+        emit_json_document(
+            {**head, "exit_code": summary["total"]["exit_code"], "total": summary["total"]},
             {
-                "run_id": run_id,
-                "audited_at": audited_at,
-                "exit_code": summary["total"]["exit_code"],
-                "total": summary["total"],
                 "groups": summary["groups"],
-                "rows": [{c: r[c] for c in audit.ROW_COLUMNS} for r in rows],
-            }
+                "rows": ({c: r[c] for c in audit.ROW_COLUMNS} for r in rows),
+            },
         )
     else:
         columns = audit.TABLE_COLUMNS if args.output == "table" else audit.ROW_COLUMNS

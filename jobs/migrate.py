@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from ferry import migrate
 from ferry.cli import (
     ArgumentParser,
     Progress,
     add_common_arguments,
-    emit,
+    emit_rows,
     exit_process,
     parse_span,
     run,
@@ -30,29 +29,9 @@ from ferry.cli import (
 from ferry.config import load_config, require
 from ferry.groups.selection import require_groups
 from ferry.session import build_session
-from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import rollback
 from ferry.write.commit import OutcomeNotRecorded, restore_block
 from ferry.write.ledger import Ledger, new_run_id
-
-PLAN_COLUMNS = [
-    "group",
-    "src_topic",
-    "src_partition",
-    "committed_offset",
-    "dst_topic",
-    "dst_partition",
-    "destination_offset",
-    "previous_offset",
-    "difference",
-    "status",
-    "candidate_count",
-    "duplicates",
-    "unplaced",
-    "group_status",
-    "note",
-]
-WAIT_INTERVAL_S = 10.0
 
 
 def _count(text: str) -> int:
@@ -111,35 +90,25 @@ def main(argv: list[str]) -> int:
     for warning in disc.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     progress(f"{len(disc.groups)} groups selected, {len(disc.refusals)} refused")
-    plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
-    decisions = migrate.decide(plan, args.allow_rewind, args.max_duplicates)
-    deadline = time.monotonic() + wait_s
-    while pending := {g for g, d in decisions.items() if d.status == GroupStatus.PENDING}:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        progress(
-            f"{len(pending)} groups PENDING; planning them again in "
-            f"{min(left, WAIT_INTERVAL_S):.0f}s"
-        )
-        time.sleep(min(left, WAIT_INTERVAL_S))
-        again = migrate.discover(src, dst, cfg, args.allow_active_source, only=pending)
-        plan = plan.merged(migrate.build_plan(spark, src, dst, again, cfg, progress))
-        decisions = migrate.decide(plan, args.allow_rewind, args.max_duplicates)
-
+    plan, decisions = migrate.replan_pending(
+        spark,
+        src,
+        dst,
+        cfg,
+        migrate.build_plan(spark, src, dst, disc, cfg, progress),
+        lambda p: migrate.decide(p, args.allow_rewind, args.max_duplicates),
+        wait_s,
+        args.allow_active_source,
+        progress,
+    )
     ledger = Ledger(spark, cfg.ledger.path, new_run_id("migrate"), "migrate", args.execute)
+    counts = None  # a dry run's differences (records) for groups already at or past the plan
     if args.execute:
         try:
             migrate.commit_groups(
-                dst,
-                plan,
-                decisions,
-                ledger,
-                cfg.ledger.lease_ms,
-                args.allow_rewind,
-                progress,
-                cfg.admin.batch_groups,
-            )
+                dst, plan, decisions, ledger, cfg.ledger.lease_ms, args.allow_rewind,
+                progress, cfg.admin.batch_groups,
+            )  # fmt: skip
         except OutcomeNotRecorded as exc:
             if exc.committed:
                 print(
@@ -151,41 +120,19 @@ def main(argv: list[str]) -> int:
             raise
     else:
         migrate.record_dry_run(plan, decisions, dst, ledger)
-        # how far groups already at or past the plan are from it, in records (as `audit`)
-        migrate.dry_run_differences(spark, dst, plan, decisions, cfg, progress)
+        counts = migrate.dry_run_differences(spark, dst, plan, decisions, cfg, progress)
     if args.export_dir:
         paths = migrate.export_csv(plan, decisions, args.export_dir)
         progress(f"exported {len(paths)} CSV files to {args.export_dir}")
 
-    for row in plan.rows:
-        row["group_status"] = decisions[row["group"]].status
-    emit(plan.rows, PLAN_COLUMNS, args.output)
-    print_summary(args, plan, decisions, ledger)
-    return migrate.exit_code({g: d.status for g, d in decisions.items()})
-
-
-def print_summary(args, plan, decisions, ledger) -> None:  # noqa: ANN001
-    by_group = plan.by_group()
-    done = [g for g, d in decisions.items() if d.status in DONE_STATUSES]
-    n_parts = sum(len(by_group.get(g, [])) for g in done)
-    for group, d in sorted(decisions.items()):
-        if d.status in RETRY_STATUSES:
-            print(
-                f"not migrated yet: {group}: {d.message} ({d.status}: run again later)",
-                file=sys.stderr,
-            )
-        elif d.status not in DONE_STATUSES:
-            print(f"not migrated: {group}: {d.message} ({d.status})", file=sys.stderr)
-    counts: dict[str, int] = {}
-    for d in decisions.values():
-        counts[d.status] = counts.get(d.status, 0) + 1
-    detail = ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
-    verb = "migrated" if args.execute else "resolved (dry run; re-run with --execute to commit)"
-    print(
-        f"{len(done)} of {len(decisions)} groups {verb}, {n_parts} partitions ({detail}); "
-        f"run {ledger.run_id}; ledger {ledger.path} via {ledger.writer}",
-        file=sys.stdout if args.output == "table" else sys.stderr,
+    emit_rows(
+        lambda: migrate.output_rows(plan, decisions, counts), migrate.OUTPUT_COLUMNS, args.output
     )
+    lines, total = migrate.summary(plan, decisions, args.execute, ledger)
+    for line in lines:
+        print(line, file=sys.stderr)
+    print(total, file=sys.stdout if args.output == "table" else sys.stderr)
+    return migrate.exit_code({g: d.status for g, d in decisions.items()})
 
 
 if __name__ == "__main__":

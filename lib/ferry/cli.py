@@ -23,7 +23,13 @@ from typing import Any, NoReturn
 
 from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, ConfigError, UsageError, one_line
 from ferry.groups.selection import check_regex  # noqa: F401 - re-exported for the jobs
-from ferry.output import emit, emit_json, render  # noqa: F401 - re-exported for the jobs
+from ferry.output import (  # noqa: F401 - re-exported for the jobs
+    emit,
+    emit_json,
+    emit_json_document,
+    emit_rows,
+    render,
+)
 
 _SPAN = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)$")
 _SPAN_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -39,9 +45,7 @@ def parse_span(text: str, option: str) -> float:
     try:
         return parse_duration(text).total_seconds()
     except ResetError:
-        raise UsageError(
-            f"{option} {text!r} is not a duration like 90s, 10m, 1h or PT5M"
-        ) from None
+        raise UsageError(f"{option} {text!r} is not a duration like 90s, 10m, 1h or PT5M") from None
 
 
 class ArgumentParser(argparse.ArgumentParser):

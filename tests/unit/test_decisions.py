@@ -8,7 +8,7 @@ import pytest
 from ferry.cli import parse_span
 from ferry.errors import UsageError, one_line
 from ferry.migrate.decision import decide, exit_code
-from ferry.migrate.plan import Plan
+from ferry.migrate.model import Plan
 from ferry.status import GroupState, GroupStatus
 from ferry.write import commit, rules
 
@@ -57,8 +57,48 @@ def _row(group: str, partition: int, status: str, offset: int | None, previous: 
     }
 
 
+def _plan(rows: list[dict], notes: dict) -> Plan:
+    """A plan of rows made outside matching (each row as given)."""
+    extra: dict[str, list[dict]] = {}
+    for row in rows:
+        extra.setdefault(row["group"], []).append(row)
+    return Plan({}, {}, {}, extra, notes)
+
+
+def _position(partition: int, offset: int, status: str, destination: int | None) -> dict:
+    return {
+        "src_topic": "a",
+        "src_partition": partition,
+        "committed_offset": offset,
+        "dst_topic": "a",
+        "dst_partition": partition,
+        "destination_offset": destination,
+        "status": status,
+        "is_resolved": status in ("MATCHED", "MATCHED_NEXT", "EMPTY"),
+    }
+
+
+def test_groups_get_their_positions_results_and_are_all_or_nothing():
+    # Positions are matched once; "g" and "h" share a[0]@5, only "g" is also at a[1]@7,
+    # which is PENDING: "g" waits whole, "h" is written, each with its own previous offsets.
+    positions = {
+        ("a", 0, 5): _position(0, 5, "MATCHED", 9),
+        ("a", 1, 7): _position(1, 7, "PENDING", None),
+    }
+    plan = Plan(positions, {"g": {A0: 5, A1: 7}, "h": {A0: 5}}, {"h": {A0: 3}})
+    assert [r["group"] for r in plan.rows] == ["g", "g", "h"]
+    assert plan.rows_of("h") == [
+        {"group": "h", **positions[("a", 0, 5)], "previous_offset": 3, "note": None}
+    ]
+    decisions = decide(plan, allow_rewind=False)
+    assert decisions["g"].status == "PENDING" and decisions["g"].offsets == {}
+    assert decisions["h"].status == "READY" and decisions["h"].offsets == {A0: 9}
+    plan.rows_of("h")[0]["note"] = "changed"  # rows are fresh: the plan is not
+    assert plan.rows_of("h")[0]["note"] is None
+
+
 def test_decide_gives_each_group_one_status():
-    plan = Plan(
+    plan = _plan(
         [
             _row("ready", 0, "MATCHED", 10, None),
             _row("moved", 0, "MATCHED", 10, 12),

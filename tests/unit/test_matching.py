@@ -9,7 +9,7 @@ from chispa import assert_df_equality
 
 from ferry.migrate import matching
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
-from ferry.migrate.plan import COMMITTED_SCHEMA
+from ferry.migrate.plan import POSITIONS_SCHEMA
 
 T0 = 1_700_000_000_000
 RECORD_SCHEMA = (
@@ -32,9 +32,11 @@ def records(spark, topic, values, *, first_offset=0, ts=None, offsets=None, segm
 
 
 def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, dst_last=None):
-    """Run all matching stages; commits: list of (group, committed_offset)."""
+    """Run all matching stages on the commits' positions; commits: list of (group,
+    committed_offset); each group gets its position's row."""
     committed_df = spark.createDataFrame(
-        [(g, "src", 0, c, "dst", 0, 0, 10**6) for g, c in commits], COMMITTED_SCHEMA
+        [("src", 0, c, "dst", 0, 0, 10**6) for c in sorted({c for _, c in commits})],
+        POSITIONS_SCHEMA,
     )
     dst_offsets = [r.offset for r in dst_df.select("offset").collect()]
     last_ts = dst_last if dst_last is not None else T0 + 10**9
@@ -46,10 +48,10 @@ def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, ds
     candidates_df = matching.with_candidates(
         anchors_df, matching.with_context(dst_df, k), before, after
     )
-    plan_df = matching.with_group_outcome(
-        matching.resolve(anchors_df, candidates_df, bounds_df, after)
-    )
-    return {r.group: r.asDict() for r in plan_df.collect()}
+    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, after)
+    by_offset = {r.committed_offset: r.asDict() for r in resolved_df.collect()}
+    assert len(by_offset) == resolved_df.count()  # one row per position
+    return {g: {"group": g, **by_offset[c]} for g, c in commits}
 
 
 def test_with_context_neighbours_by_position_within_segments(spark):
@@ -93,7 +95,7 @@ def test_shifted_offsets_match_plus_one(spark):
     assert out["g"]["status"] == "MATCHED"
     assert out["g"]["anchor_offset"] == 11
     assert out["g"]["destination_offset"] == 7  # record 11 is destination 6; next is 7
-    assert out["g"]["is_group_resolved"]
+    assert out["g"]["is_resolved"]
 
 
 def test_identical_run_in_one_millisecond_resolved_by_preceding_context(spark):
@@ -115,7 +117,7 @@ def test_run_longer_than_context_is_ambiguous(spark):
     out = plan(spark, src, dst, [("g", 6)], k=2)
     assert out["g"]["status"] == "AMBIGUOUS"
     assert out["g"]["destination_offset"] is None
-    assert not out["g"]["is_group_resolved"]
+    assert not out["g"]["is_resolved"]
 
 
 def test_tie_broken_by_following_context(spark):
@@ -190,30 +192,6 @@ def test_inconsistent_when_next_record_differs(spark):
     assert out["g"]["destination_offset"] is None
 
 
-def test_group_is_all_or_nothing(spark):
-    committed_df = spark.createDataFrame(
-        [("g", "src", 0, 1, "dst", 0, 0, 10), ("g", "src", 1, 1, "dst", 1, 0, 10)],
-        COMMITTED_SCHEMA,
-    )
-    plan_rows = [
-        ("g", "src", 0, 1, "dst", 0, "last", 0, T0, h("a"), 1, 0, 0, 5, "MATCHED", True),
-        ("g", "src", 1, 1, "dst", 1, "last", 0, T0, h("b"), 0, None, None, None, "PENDING", False),
-        ("h", "src", 0, 1, "dst", 0, "last", 0, T0, h("a"), 1, 0, 0, 5, "MATCHED", True),
-    ]
-    schema = (
-        "group string, src_topic string, src_partition int, committed_offset long, "
-        "dst_topic string, dst_partition int, anchor_kind string, anchor_offset long, "
-        "anchor_timestamp_ms long, anchor_sha256 binary, candidate_count int, match_before int, "
-        "match_after int, destination_offset long, status string, is_resolved boolean"
-    )
-    assert committed_df.count() == 2
-    out = matching.with_group_outcome(spark.createDataFrame(plan_rows, schema)).collect()
-    by_group = {(r.group, r.src_partition): r for r in out}
-    assert not by_group[("g", 0)].is_group_resolved
-    assert by_group[("g", 1)].unresolved_count == 1
-    assert by_group[("h", 0)].is_group_resolved
-
-
 def test_anchors_across_gaps_for_many_groups_sharing_a_partition(spark):
     # Compaction left gaps; every group's anchor is the nearest record before its offset
     # (or the first at/after it), never offset - 1.
@@ -221,12 +199,13 @@ def test_anchors_across_gaps_for_many_groups_sharing_a_partition(spark):
     src = records(spark, "src", values, offsets=[3, 4, 5, 8, 9, 12])
     commits = {"g2": 2, "g3": 3, "g4": 4, "g7": 7, "g8": 8, "g9": 9, "g12": 12, "g13": 13}
     committed_df = spark.createDataFrame(
-        [(g, "src", 0, c, "dst", 0, 0, 13) for g, c in commits.items()], COMMITTED_SCHEMA
+        [("src", 0, c, "dst", 0, 0, 13) for c in sorted(set(commits.values()))], POSITIONS_SCHEMA
     )
-    anchors = {
-        r.group: (r.anchor_kind, r.anchor_offset)
+    by_offset = {
+        r.committed_offset: (r.anchor_kind, r.anchor_offset)
         for r in matching.select_anchors(committed_df, matching.with_context(src, 2)).collect()
     }
+    anchors = {g: by_offset[c] for g, c in commits.items()}
     assert anchors == {
         "g2": ("next", 3),
         "g3": ("next", 3),

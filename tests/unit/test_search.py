@@ -4,7 +4,7 @@ is closed, and which candidates count (no brokers)."""
 from __future__ import annotations
 
 from ferry.migrate import matching, search
-from ferry.migrate.plan import COMMITTED_SCHEMA
+from ferry.migrate.plan import POSITIONS_SCHEMA
 
 from .test_matching import T0, records
 
@@ -15,7 +15,7 @@ def state_of(
     spark, src_values, dst_values, c, slice_bounds, *, dst_ts=None, src_ts=None, before=50, after=50
 ):
     """with_slice_state for one group committed at `c` on src, one slice on dst."""
-    committed_df = spark.createDataFrame([("g", "src", 0, c, "dst", 0, 0, 10**6)], COMMITTED_SCHEMA)
+    committed_df = spark.createDataFrame([("src", 0, c, "dst", 0, 0, 10**6)], POSITIONS_SCHEMA)
     src_df = records(spark, "src", src_values, ts=src_ts)
     dst_df = records(spark, "dst", dst_values, ts=dst_ts)
     anchors_df = matching.select_anchors(committed_df, matching.with_context(src_df, K))

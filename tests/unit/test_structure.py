@@ -32,7 +32,7 @@ PACKAGE = LIB / "ferry"
 # Importable without pyspark or confluent_kafka: the rules, and the leaves everything shares.
 PURE_MODULES = (
     "ferry.errors",
-    "ferry.types",
+    "ferry.keys",
     "ferry.status",
     "ferry.config",
     "ferry.hashing",

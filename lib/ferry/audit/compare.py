@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_TRY_AGAIN
+from ferry.keys import TopicPartitionKey
 from ferry.migrate.spans import Count, row_span, signed_difference
 from ferry.status import AuditVerdict, GroupState, PartitionStatus
-from ferry.types import TopicPartitionKey
 
 # One row's fields, in this order in JSON and CSV (the first ten are the table output's).
 ROW_COLUMNS = [

@@ -16,8 +16,8 @@ from ferry.groups.reset import ResetError, Target, resolve_targets, scoped_parti
 from ferry.groups.selection import is_selected
 from ferry.kafka.admin import GroupInfo
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 from ferry.status import GroupStatus
-from ferry.types import TopicPartitionKey
 from ferry.write import commit, rules
 
 

@@ -21,7 +21,7 @@ from ferry import kafka
 from ferry.config import Selection
 from ferry.errors import NoGroupsError, UsageError
 from ferry.groups.reset import ResetError, parse_offsets_csv, parse_scope, scoped_partitions
-from ferry.types import TopicPartitionKey
+from ferry.keys import TopicPartitionKey
 
 if TYPE_CHECKING:
     from ferry.kafka.cluster import Cluster

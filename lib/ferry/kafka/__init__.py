@@ -28,7 +28,7 @@ _HOMES = {
     "KafkaReadError": "ferry.kafka.reader",
     "OffsetRange": "ferry.kafka.reader",
     "RangeReader": "ferry.kafka.reader",
-    "TopicPartitionKey": "ferry.types",
+    "TopicPartitionKey": "ferry.keys",
     "active_error": "ferry.kafka.admin",
     "alter_offsets_each": "ferry.kafka.commits",
     "by_state": "ferry.kafka.commits",

@@ -21,9 +21,10 @@ does not load the others, and the pure ones (`decision`, `ranges`) load no Spark
 from ferry import lazy
 
 _HOMES = {
+    "OUTPUT_COLUMNS": "ferry.migrate.load",
     "Discovery": "ferry.migrate.discover",
     "GroupDecision": "ferry.migrate.decision",
-    "Plan": "ferry.migrate.plan",
+    "Plan": "ferry.migrate.model",
     "build_plan": "ferry.migrate.plan",
     "commit_groups": "ferry.migrate.load",
     "decide": "ferry.migrate.decision",
@@ -33,7 +34,10 @@ _HOMES = {
     "export_csv": "ferry.migrate.load",
     "ledger_rows": "ferry.migrate.load",
     "merge_intervals": "ferry.migrate.ranges",
+    "output_rows": "ferry.migrate.load",
     "record_dry_run": "ferry.migrate.load",
+    "replan_pending": "ferry.migrate.plan",
+    "summary": "ferry.migrate.load",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy.exports(__name__, _HOMES)

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_TRY_AGAIN
+from ferry.keys import TopicPartitionKey
+from ferry.migrate.model import Plan
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus, PartitionStatus
-from ferry.types import TopicPartitionKey
 from ferry.write import rules
-
-if TYPE_CHECKING:
-    from ferry.migrate.plan import Plan
 
 
 @dataclass
@@ -45,13 +42,12 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
     group on a reconciled topic whose consumers would or might receive more than
     `max_duplicates` records a second time (duplicates + unplaced records) is REFUSED."""
     out: dict[str, GroupDecision] = {}
-    by_group = plan.by_group()
     for group in plan.groups():
-        rows = by_group.get(group, [])
         if group in plan.group_notes:
             status, note = plan.group_notes[group]
             out[group] = GroupDecision(group, status, note, {})
             continue
+        rows = plan.rows_of(group)
         unresolved = [r for r in rows if not r["is_resolved"]]
         if unresolved:
             bad = sorted({r["status"] for r in unresolved})

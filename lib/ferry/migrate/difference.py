@@ -31,10 +31,10 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from ferry import kafka
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 from ferry.migrate.ranges import merge_intervals
-from ferry.migrate.spans import Count, Span, row_span, signed_difference
+from ferry.migrate.spans import Count, Span
 from ferry.session import local_df
-from ferry.types import TopicPartitionKey
 
 SPANS_SCHEMA = StructType(
     [
@@ -178,26 +178,3 @@ def count_sorted(spans: Iterable[Span], records: Iterable[tuple[str, int, int]])
         - bisect_left(offsets.get((t, p), []), lo)
         for t, p, lo, hi in spans
     }
-
-
-def add_differences(
-    spark: SparkSession,
-    dst: Cluster,
-    rows: Iterable[dict],
-    cfg: FerryConfig,
-    progress: Callable[[str], None],
-) -> None:
-    """Set `difference` (previous_offset - destination_offset, in records) on plan rows whose
-    destination group has an offset; a span too wide to count says so in the row's note."""
-    rows = [r for r in rows if r.get("previous_offset") is not None]
-    counts = count_records(spark, dst, {s for r in rows if (s := row_span(r))}, {}, cfg, progress)
-    for r in rows:
-        span = row_span(r)
-        if span is None:
-            r["difference"] = 0 if r.get("destination_offset") is not None else None
-            continue
-        records, counted = counts[span]
-        r["difference"] = signed_difference(r["previous_offset"], r["destination_offset"], records)
-        if not counted:
-            bound = "difference not counted (more offsets apart than audit.max_count_offsets)"
-            r["note"] = f"{r['note']}; {bound}" if r.get("note") else bound

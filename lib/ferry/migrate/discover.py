@@ -152,26 +152,21 @@ def discover(
     return disc
 
 
-def committed_rows(disc: Discovery, cfg: FerryConfig) -> list[dict]:
-    """One row per group × source partition that exact matching should resolve."""
-    rows = []
+def exact_partitions(disc: Discovery) -> dict[str, dict[TopicPartitionKey, int]]:
+    """Per group that was not refused, the committed offsets exact matching resolves (not on
+    a reconciled topic, with a destination partition). The group's own dict when nothing is
+    left out: ten thousand groups' offsets are not copied."""
+    out = {}
     for group in disc.groups:
         if group in disc.refusals:
             continue
-        for (topic, partition), offset in sorted(disc.committed[group].items()):
-            if (group, (topic, partition)) in disc.missing or disc.is_reconciled(topic):
-                continue
-            start, end = disc.source_bounds[(topic, partition)]
-            rows.append(
-                {
-                    "group": group,
-                    "src_topic": topic,
-                    "src_partition": partition,
-                    "committed_offset": offset,
-                    "dst_topic": cfg.topics.destination_topic(topic),
-                    "dst_partition": partition,
-                    "src_log_start_offset": start,
-                    "src_log_end_offset": end,
-                }
-            )
-    return rows
+        offsets = disc.committed[group]
+        if any((group, tp) in disc.missing or disc.is_reconciled(tp[0]) for tp in offsets):
+            offsets = {
+                tp: o
+                for tp, o in offsets.items()
+                if (group, tp) not in disc.missing and not disc.is_reconciled(tp[0])
+            }
+        if offsets:
+            out[group] = offsets
+    return out

@@ -110,15 +110,16 @@ def with_segments(records_df: DataFrame, segments_df: DataFrame) -> DataFrame:
 def extract_source_records(
     spark: SparkSession,
     src: Cluster,
-    rows: Sequence[Mapping],
+    positions: Iterable[tuple[str, int, int]],
     disc: Discovery,
     cfg: FerryConfig,
     progress: Callable[[str], None],
 ) -> DataFrame:
-    """Read the source around every committed offset, looking further back where needed."""
+    """Read the source around every committed offset (positions: topic, partition, offset),
+    looking further back where needed."""
     k = cfg.matching.context
     book = RangeBook()
-    pending = {((r["src_topic"], r["src_partition"]), r["committed_offset"]) for r in rows}
+    pending = {((t, p), o) for t, p, o in positions}
     lookback = 2 * (k + 1)
     parts: list[DataFrame] = []
     read: dict[TopicPartitionKey, list[int]] = defaultdict(list)  # offsets of records read

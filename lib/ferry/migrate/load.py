@@ -6,7 +6,8 @@ files."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -15,19 +16,42 @@ from pyspark.sql import SparkSession
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.migrate.decision import GroupDecision
-from ferry.migrate.difference import add_differences
-from ferry.migrate.plan import Plan
-from ferry.status import GroupStatus
+from ferry.migrate.difference import Count, Span, count_records, row_span, signed_difference
+from ferry.migrate.model import Plan
+from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import commit
 from ferry.write.ledger import PHASE_PLAN, Ledger
 
+# What `migrate` prints per group partition (-o json: the field names are a contract).
+OUTPUT_COLUMNS = [
+    "group",
+    "src_topic",
+    "src_partition",
+    "committed_offset",
+    "dst_topic",
+    "dst_partition",
+    "destination_offset",
+    "previous_offset",
+    "difference",
+    "status",
+    "candidate_count",
+    "duplicates",
+    "unplaced",
+    "group_status",
+    "note",
+]
 
-def ledger_rows(plan: Plan, decisions: Mapping[str, GroupDecision], dst: Cluster) -> list[dict]:
-    """One ledger row per plan row: the partition's match, and the group's decision (status
-    and why) in `message`."""
+
+def ledger_rows(plan: Plan, decisions: Mapping[str, GroupDecision], dst: Cluster) -> Iterator[dict]:
+    """One ledger row per plan row, group by group: the partition's match, and the group's
+    decision (status and why) in `message`."""
+    for group in plan.groups():
+        yield from group_ledger_rows(plan.rows_of(group), decisions[group], dst)
+
+
+def group_ledger_rows(rows: list[dict], decision: GroupDecision, dst: Cluster) -> list[dict]:
     out = []
-    for r in plan.rows:
-        decision = decisions[r["group"]]
+    for r in rows:
         ts = r["anchor_timestamp_ms"]
         why = r.get("note") or decision.message
         out.append(
@@ -69,16 +93,52 @@ def dry_run_differences(
     decisions: Mapping[str, GroupDecision],
     cfg: FerryConfig,
     progress: Callable[[str], None],
-) -> None:
-    """The plan rows of ALREADY_MIGRATED groups get `difference`: the records from the plan's
-    offset to the one the destination group has (what `audit` reports for them)."""
-    add_differences(
-        spark,
-        dst,
-        (r for r in plan.rows if decisions[r["group"]].status == GroupStatus.ALREADY_MIGRATED),
-        cfg,
-        progress,
+) -> dict[Span, Count]:
+    """How far groups already at or past the plan are from it: the records between each such
+    partition's offset now and the plan's, counted once per span as `audit` counts them
+    (`with_difference` puts them on the rows)."""
+    spans = {
+        span
+        for group, d in decisions.items()
+        if d.status == GroupStatus.ALREADY_MIGRATED
+        for r in plan.rows_of(group)
+        if (span := row_span(r))
+    }
+    return count_records(spark, dst, spans, {}, cfg, progress)
+
+
+def with_difference(row: dict, counts: Mapping[Span, Count]) -> dict:
+    """`difference` (offset now - the plan's, in records) on a row of an ALREADY_MIGRATED
+    group; a span too wide to count says so in the row's note."""
+    if row.get("previous_offset") is None:
+        return row
+    span = row_span(row)
+    if span is None:
+        row["difference"] = 0 if row.get("destination_offset") is not None else None
+        return row
+    records, counted = counts[span]
+    row["difference"] = signed_difference(
+        row["previous_offset"], row["destination_offset"], records
     )
+    if not counted:
+        bound = "difference not counted (more offsets apart than audit.max_count_offsets)"
+        row["note"] = f"{row['note']}; {bound}" if row.get("note") else bound
+    return row
+
+
+def output_rows(
+    plan: Plan, decisions: Mapping[str, GroupDecision], counts: Mapping[Span, Count] | None
+) -> Iterator[dict]:
+    """The rows `migrate` prints, group by group: each plan row with its group's status, and
+    for ALREADY_MIGRATED groups the difference from the plan when `counts` (a dry run's
+    `dry_run_differences`) is given."""
+    for group in plan.groups():
+        decision = decisions[group]
+        for row in plan.rows_of(group):
+            row["group_status"] = decision.status
+            if decision.status == GroupStatus.ALREADY_MIGRATED and counts is not None:
+                with_difference(row, counts)
+            yield row
 
 
 def commit_groups(
@@ -92,16 +152,23 @@ def commit_groups(
     batch_groups: int | None = None,
 ) -> None:
     """Write every READY group, `batch_groups` (default `commit.BATCH_GROUPS`) at a time;
-    `decisions` get what happened (status and why)."""
-    rows_by_group: dict[str, list[dict]] = {}
-    for row in ledger_rows(plan, decisions, dst):
-        rows_by_group.setdefault(row["group"], []).append(row)
+    `decisions` get what happened (status and why). Ledger rows are built group by group as
+    they are appended."""
+
+    def rows_of(group: str) -> Callable[[], list[dict]]:
+        return lambda: group_ledger_rows(plan.rows_of(group), decisions[group], dst)
+
     writes = [
-        commit.GroupWrite(d.group, d.offsets, rows_by_group[d.group], allow_rewind=allow_rewind)
+        commit.GroupWrite(d.group, d.offsets, rows_of(d.group), allow_rewind=allow_rewind)
         for d in decisions.values()
         if d.is_write
     ]
-    kept = [r for g, rows in rows_by_group.items() if not decisions[g].is_write for r in rows]
+    kept = (
+        r
+        for g in plan.groups()
+        if not decisions[g].is_write
+        for r in group_ledger_rows(plan.rows_of(g), decisions[g], dst)
+    )
     outcomes = commit.execute_writes(dst, writes, kept, ledger, lease_ms, progress, batch_groups)
     for group, outcome in outcomes.items():
         decisions[group].status = outcome.status
@@ -114,8 +181,9 @@ def export_csv(plan: Plan, decisions: Mapping[str, GroupDecision], directory: st
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for group, rows in plan.by_group().items():
-        if decisions[group].status not in (GroupStatus.COMMITTED, "READY") or not rows:
+    for group in plan.groups():
+        rows = plan.rows_of(group)
+        if decisions[group].status not in (GroupStatus.COMMITTED, GroupStatus.READY) or not rows:
             continue
         lines = sorted((r["dst_topic"], r["dst_partition"], r["destination_offset"]) for r in rows)
         path = out_dir / f"{_safe_name(group)}.csv"
@@ -127,3 +195,26 @@ def export_csv(plan: Plan, decisions: Mapping[str, GroupDecision], directory: st
 
 def _safe_name(group: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in group)
+
+
+def summary(
+    plan: Plan, decisions: Mapping[str, GroupDecision], is_executed: bool, ledger: Ledger
+) -> tuple[list[str], str]:
+    """What `migrate` says after its rows: a line per group not migrated (why, and whether
+    another run may do it), and the total line."""
+    lines = []
+    for group, d in sorted(decisions.items()):
+        if d.status in RETRY_STATUSES:
+            lines.append(f"not migrated yet: {group}: {d.message} ({d.status}: run again later)")
+        elif d.status not in DONE_STATUSES:
+            lines.append(f"not migrated: {group}: {d.message} ({d.status})")
+    done = [g for g, d in decisions.items() if d.status in DONE_STATUSES]
+    counts = Counter(str(d.status) for d in decisions.values())
+    detail = ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
+    verb = "migrated" if is_executed else "resolved (dry run; re-run with --execute to commit)"
+    total = (
+        f"{len(done)} of {len(decisions)} groups {verb}, "
+        f"{sum(plan.row_count(g) for g in done)} partitions ({detail}); "
+        f"run {ledger.run_id}; ledger {ledger.path} via {ledger.writer}"
+    )
+    return lines, total

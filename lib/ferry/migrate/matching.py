@@ -1,7 +1,10 @@
-"""Matching: which destination record is the source record a group consumed last.
+"""Matching: which destination record is the source record before a committed offset.
 
-Pure DataFrame transforms (no reads, writes or sessions), built from Spark's own functions so
-thousands of groups × partitions are one job:
+Pure DataFrame transforms (no reads, writes or sessions), built from Spark's own functions.
+They work on anchor **positions** — distinct (source topic, partition, committed offset) —
+not on group partitions: ten thousand groups committed on the same partitions share a few
+thousand positions, and each is matched once (`ferry.migrate.model` gives every group
+partition its position's result afterwards, on the driver):
 
 1. `with_context` gives every record its neighbours' hashes (k before, k after, nearest
    first) within the contiguous range it was read in. Neighbour means the adjacent row in
@@ -20,7 +23,6 @@ thousands of groups × partitions are one job:
    replica may still bring the record) and NOT_FOUND after. INCONSISTENT: the source's next
    record exists and so does the destination's, but they differ — the last consumed record
    and the next one would not land side by side.
-5. `with_group_outcome`: a group is committed only if every one of its partitions resolved.
 
 Known limits: a run of more than k identical records whose neighbours are also identical on
 both sides cannot be told apart and is AMBIGUOUS by design (raise `matching.context`); ranking
@@ -45,9 +47,9 @@ STATUS_NOT_FOUND = PartitionStatus.NOT_FOUND.value
 STATUS_INCONSISTENT = PartitionStatus.INCONSISTENT.value
 RESOLVED_STATUSES = (STATUS_MATCHED, STATUS_MATCHED_NEXT, STATUS_EMPTY)  # exact mode's
 
-ANCHOR_KEYS = ["group", "src_topic", "src_partition"]
+# A position: what every stage keys on (several groups committed at the same offset share it).
+ANCHOR_KEYS = ["src_topic", "src_partition", "committed_offset"]
 COMMITTED_COLUMNS = [
-    "group",
     "src_topic",
     "src_partition",
     "committed_offset",
@@ -56,8 +58,8 @@ COMMITTED_COLUMNS = [
     "src_log_start_offset",
     "src_log_end_offset",
 ]
-PLAN_COLUMNS = [
-    "group",
+# matching's result per position (`resolve`)
+POSITION_COLUMNS = [
     "src_topic",
     "src_partition",
     "committed_offset",
@@ -74,6 +76,8 @@ PLAN_COLUMNS = [
     "status",
     "is_resolved",
 ]
+# a plan row: one group partition with its position's result
+PLAN_COLUMNS = ["group", *POSITION_COLUMNS]
 
 
 def plan_row(**values: object) -> dict:
@@ -108,7 +112,7 @@ def with_context(records_df: DataFrame, k: int) -> DataFrame:
 
 
 def select_anchors(committed_df: DataFrame, src_context_df: DataFrame) -> DataFrame:
-    """One row per committed offset with its anchor record and the anchor's context.
+    """One row per position (committed offset) with its anchor record and its context.
 
     Each distinct committed offset is placed as a marker among its partition's records; one
     sort per partition then finds the nearest record before it and at or after it, so the cost
@@ -161,7 +165,7 @@ def select_anchors(committed_df: DataFrame, src_context_df: DataFrame) -> DataFr
             "next",
         )
     )
-    best = c.join(nearest, ["src_topic", "src_partition", "committed_offset"], "left")
+    best = c.join(nearest, ANCHOR_KEYS, "left")
     kind = (
         F.when(F.col("last").isNotNull(), F.lit("last"))
         .when(F.col("next").isNotNull(), F.lit("next"))
@@ -230,7 +234,7 @@ def resolve(
     dst_bounds_df: DataFrame,
     window_after_ms: int,
 ) -> DataFrame:
-    """Exactly one plan row per anchor (group × source partition) with status and offset."""
+    """Exactly one row per position with status and offset."""
     ranked = Window.partitionBy(*ANCHOR_KEYS).orderBy(
         F.desc("match_before"), F.desc("match_after"), F.asc("candidate_offset")
     )
@@ -279,7 +283,6 @@ def resolve(
     )
     return plan.select(
         *ANCHOR_KEYS,
-        "committed_offset",
         "dst_topic",
         "dst_partition",
         "anchor_kind",
@@ -292,16 +295,4 @@ def resolve(
         destination.cast(LongType()).alias("destination_offset"),
         status.alias("status"),
         status.isin(*RESOLVED_STATUSES).alias("is_resolved"),
-    )
-
-
-def with_group_outcome(plan_df: DataFrame) -> DataFrame:
-    """Add is_group_resolved, group_partition_count and unresolved_count per group."""
-    group = Window.partitionBy("group")
-    unresolved = F.sum(F.when(F.col("is_resolved"), 0).otherwise(1)).over(group)
-    return plan_df.select(
-        *PLAN_COLUMNS,
-        (unresolved == 0).alias("is_group_resolved"),
-        F.count(F.lit(1)).over(group).cast(IntegerType()).alias("group_partition_count"),
-        unresolved.cast(IntegerType()).alias("unresolved_count"),
     )

@@ -1,10 +1,14 @@
-"""Plan: run matching over what was extracted and gather one plan row per group × source
-partition, with the destination group's current offsets beside each."""
+"""Plan: run matching once per anchor position over what was extracted, and hand back a
+`ferry.migrate.model.Plan`, which gives every group partition its position's result.
+
+Only positions cross between Spark and the driver: the distinct (source topic, partition,
+committed offset) go in, one matching row per position comes back. Nothing here grows with
+groups × partitions except the Python loop that derives the positions from discovery."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -13,7 +17,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.migrate import matching, search
-from ferry.migrate.discover import Discovery, committed_rows
+from ferry.migrate.discover import Discovery, discover, exact_partitions
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
     destination_last_timestamps,
@@ -23,18 +27,18 @@ from ferry.migrate.extract import (
     window_offsets,
     with_segments,
 )
+from ferry.migrate.model import Plan, Position, row_order
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
 from ferry.session import local_df
 from ferry.status import GroupStatus, PartitionStatus
 
-# Partition statuses added outside matching (refusals and missing destinations).
-STATUS_REFUSED = PartitionStatus.REFUSED.value
-STATUS_NO_DESTINATION = PartitionStatus.NO_DESTINATION.value
+__all__ = ["Plan", "build_plan", "replan_pending", "row_order"]
 
-COMMITTED_SCHEMA = StructType(
+WAIT_INTERVAL_S = 10.0  # `--wait`: between rounds of planning PENDING groups again
+
+POSITIONS_SCHEMA = StructType(
     [
-        StructField("group", StringType(), False),
         StructField("src_topic", StringType(), False),
         StructField("src_partition", IntegerType(), False),
         StructField("committed_offset", LongType(), False),
@@ -46,37 +50,6 @@ COMMITTED_SCHEMA = StructType(
 )
 
 
-@dataclass
-class Plan:
-    rows: list[dict]  # one per group × source partition, matching's columns + previous_offset
-    # group -> (status, why) for groups decided before matching (refused, nothing to migrate)
-    group_notes: dict[str, tuple[GroupStatus, str]]
-
-    def groups(self) -> list[str]:
-        return sorted(set(self.by_group()) | set(self.group_notes))
-
-    def by_group(self) -> dict[str, list[dict]]:
-        out: dict[str, list[dict]] = {}
-        for r in self.rows:
-            out.setdefault(r["group"], []).append(r)
-        return out
-
-    def merged(self, newer: Plan) -> Plan:
-        """This plan with every group `newer` planned replaced by newer's rows and notes."""
-        replanned = set(newer.groups())
-        rows = [r for r in self.rows if r["group"] not in replanned] + newer.rows
-        notes = {g: n for g, n in self.group_notes.items() if g not in replanned}
-        rows.sort(key=row_order)
-        return Plan(rows, {**notes, **newer.group_notes})
-
-
-def row_order(row: dict) -> tuple:
-    """Group, source topic, then source partition (exact rows) or destination partition
-    (reconciled rows, which have no source partition)."""
-    partition = row["src_partition"]
-    return (row["group"], row["src_topic"], partition is None, partition or 0, row["dst_partition"])
-
-
 def build_plan(
     spark: SparkSession,
     src: Cluster,
@@ -85,73 +58,25 @@ def build_plan(
     cfg: FerryConfig,
     progress: Callable[[str], None],
 ) -> Plan:
-    """Extract what matching needs, run it, and gather one plan row per group partition."""
-    k = cfg.matching.context
-    rows = committed_rows(disc, cfg)
-    plan_rows: list[dict] = []
-    if rows:
-        committed_df = local_df(
-            spark,
-            [tuple(r[f.name] for f in COMMITTED_SCHEMA.fields) for r in rows],
-            COMMITTED_SCHEMA,
-        )
-        src_records_df = extract_source_records(spark, src, rows, disc, cfg, progress)
-        src_context_df = matching.with_context(src_records_df, k)
-        anchors_df = matching.select_anchors(committed_df, src_context_df).persist()
-        dst_bounds = dict(disc.destination_bounds)
-        if cfg.matching.search == "full":
-            dst_records_df, slices_df = _read_windows(
-                spark, dst, anchors_df, dst_bounds, cfg, progress
-            )
-        else:
-            found = search.search_destination(
-                spark,
-                dst,
-                anchors_df,
-                dst_bounds,
-                cfg,
-                lambda ranges: read_records(spark, dst, ranges, cfg),
-                progress,
-            )
-            per = found.offsets_read / max(1, found.positions)
-            progress(
-                f"destination: read {found.offsets_read} offsets for {found.positions} anchor "
-                f"positions ({per:.0f} per position) in {found.steps} steps"
-            )
-            dst_records_df, slices_df = found.records_df, found.slices_df
-        last_ts = destination_last_timestamps(dst, dst_bounds)
-        bounds_df = local_df(
-            spark,
-            [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
-            DST_BOUNDS_SCHEMA,
-        )
-        dst_context_df = matching.with_context(dst_records_df, k)
-        candidates_df = matching.with_candidates(
-            anchors_df, dst_context_df, cfg.matching.window_before_ms, cfg.matching.window_after_ms
-        )
-        if slices_df is not None:
-            candidates_df = search.filter_candidates_in_slices(candidates_df, anchors_df, slices_df)
-        plan_df = matching.with_group_outcome(
-            matching.resolve(anchors_df, candidates_df, bounds_df, cfg.matching.window_after_ms)
-        )
-        progress("matching anchors to destination records")
-        plan_rows = [{**r.asDict(), "note": None} for r in plan_df.collect()]
+    """Extract what matching needs, match every distinct position once, and gather the plan."""
+    exact = exact_partitions(disc)
+    wanted = sorted({(t, p, o) for offsets in exact.values() for (t, p), o in offsets.items()})
+    positions = match_positions(spark, src, dst, disc, cfg, wanted, progress) if wanted else {}
+    extra: dict[str, list[dict]] = {}
     if disc.reconcile_topics:
-        plan_rows += plan_reconciled(spark, src, dst, disc, cfg, progress)
-    for r in plan_rows:
-        r["previous_offset"] = disc.previous.get(r["group"], {}).get(
-            (r["dst_topic"], r["dst_partition"])
-        )
+        for row in plan_reconciled(spark, src, dst, disc, cfg, progress):
+            extra.setdefault(row["group"], []).append(row)
     for (group, (topic, partition)), reason in sorted(disc.missing.items()):
         if group not in disc.refusals:
-            plan_rows.append(
-                _unmatched_row(group, topic, partition, disc, cfg, STATUS_NO_DESTINATION, reason)
-            )
+            extra.setdefault(group, []).append(
+                _unmatched_row(group, topic, partition, disc, cfg, PartitionStatus.NO_DESTINATION,
+                               reason)
+            )  # fmt: skip
     for group, reason in disc.refusals.items():
-        for topic, partition in sorted(disc.committed[group]):
-            plan_rows.append(
-                _unmatched_row(group, topic, partition, disc, cfg, STATUS_REFUSED, reason)
-            )
+        extra[group] = [
+            _unmatched_row(group, topic, partition, disc, cfg, PartitionStatus.REFUSED, reason)
+            for topic, partition in sorted(disc.committed[group])
+        ]
     notes = {g: (GroupStatus.REFUSED, reason) for g, reason in disc.refusals.items()}
     for group in disc.groups:
         if not disc.committed[group] and group not in notes:
@@ -159,8 +84,71 @@ def build_plan(
                 GroupStatus.NOTHING_TO_MIGRATE,
                 "no committed offsets on the selected topics: nothing to migrate",
             )
-    plan_rows.sort(key=row_order)
-    return Plan(plan_rows, notes)
+    return Plan(positions, exact, disc.previous, extra, notes)
+
+
+def match_positions(
+    spark: SparkSession,
+    src: Cluster,
+    dst: Cluster,
+    disc: Discovery,
+    cfg: FerryConfig,
+    wanted: list[Position],
+    progress: Callable[[str], None],
+) -> dict[Position, dict]:
+    """Matching's row for each position (`matching.POSITION_COLUMNS`)."""
+    k = cfg.matching.context
+    rows = []
+    for topic, partition, offset in wanted:
+        start, end = disc.source_bounds[(topic, partition)]
+        dst_topic = cfg.topics.destination_topic(topic)
+        rows.append((topic, partition, offset, dst_topic, partition, start, end))
+    progress(f"matching {len(rows)} distinct committed positions")
+    committed_df = local_df(spark, rows, POSITIONS_SCHEMA)
+    src_records_df = extract_source_records(spark, src, wanted, disc, cfg, progress)
+    src_context_df = matching.with_context(src_records_df, k)
+    anchors_df = matching.select_anchors(committed_df, src_context_df).persist()
+    dst_bounds = dict(disc.destination_bounds)
+    if cfg.matching.search == "full":
+        dst_records_df, slices_df = _read_windows(spark, dst, anchors_df, dst_bounds, cfg, progress)
+    else:
+        found = search.search_destination(
+            spark,
+            dst,
+            anchors_df,
+            dst_bounds,
+            cfg,
+            lambda ranges: read_records(spark, dst, ranges, cfg),
+            progress,
+        )
+        per = found.offsets_read / max(1, found.positions)
+        progress(
+            f"destination: read {found.offsets_read} offsets for {found.positions} anchor "
+            f"positions ({per:.0f} per position) in {found.steps} steps"
+        )
+        dst_records_df, slices_df = found.records_df, found.slices_df
+    last_ts = destination_last_timestamps(dst, dst_bounds)
+    bounds_df = local_df(
+        spark,
+        [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
+        DST_BOUNDS_SCHEMA,
+    )
+    dst_context_df = matching.with_context(dst_records_df, k)
+    candidates_df = matching.with_candidates(
+        anchors_df, dst_context_df, cfg.matching.window_before_ms, cfg.matching.window_after_ms
+    )
+    if slices_df is not None:
+        candidates_df = search.filter_candidates_in_slices(candidates_df, anchors_df, slices_df)
+    resolved_df = matching.resolve(
+        anchors_df, candidates_df, bounds_df, cfg.matching.window_after_ms
+    ).select(*matching.POSITION_COLUMNS)
+    progress("matching anchors to destination records")
+    out = {}
+    for r in resolved_df.collect():  # one row per position
+        row = r.asDict()
+        out[(row["src_topic"], row["src_partition"], row["committed_offset"])] = row
+    anchors_df.unpersist()
+    return out
 
 
 def _read_windows(spark, dst, anchors_df, dst_bounds, cfg, progress):  # noqa: ANN001, ANN202
@@ -202,3 +190,33 @@ def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict: 
         previous_offset=None,
         note=reason,
     )
+
+
+def replan_pending(
+    spark: SparkSession,
+    src: Cluster,
+    dst: Cluster,
+    cfg: FerryConfig,
+    plan: Plan,
+    decide: Callable[[Plan], dict],
+    wait_s: float,
+    allow_active_source: bool,
+    progress: Callable[[str], None],
+) -> tuple[Plan, dict]:
+    """`migrate --wait`: plan PENDING groups again every `WAIT_INTERVAL_S` until none is left
+    or `wait_s` has passed; the plan and decisions after the last round."""
+    decisions = decide(plan)
+    deadline = time.monotonic() + wait_s
+    while pending := {g for g, d in decisions.items() if d.status == GroupStatus.PENDING}:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        progress(
+            f"{len(pending)} groups PENDING; planning them again in "
+            f"{min(left, WAIT_INTERVAL_S):.0f}s"
+        )
+        time.sleep(min(left, WAIT_INTERVAL_S))
+        again = discover(src, dst, cfg, allow_active_source, only=pending)
+        plan = plan.merged(build_plan(spark, src, dst, again, cfg, progress))
+        decisions = decide(plan)
+    return plan, decisions

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ferry.kafka.reader import OffsetRange
-from ferry.types import TopicPartitionKey
+from ferry.keys import TopicPartitionKey
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -3,8 +3,9 @@
 Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes here:
 
 1. The intent rows (each partition's offset now and the one it will get) and the run's
-   decisions about every other group are appended to the ledger in one commit, before any
-   cluster is touched. If that fails nothing is written.
+   decisions about every other group are appended to the ledger (in commits of at most
+   `ledger.BATCH_ROWS` rows, built as they are appended), before any cluster is touched. If
+   that fails nothing is written.
 2. Groups that another run's open intent claimed first are left to that run (`CLAIMED`).
 3. The rest are written in batches of `BATCH_GROUPS`, each batch in a handful of round trips
    whatever its size: one DescribeGroups for the batch (every group must be Empty or Dead),
@@ -21,13 +22,14 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ferry import kafka
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 from ferry.status import GroupStatus
-from ferry.types import TopicPartitionKey
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
 from ferry.write.rules import DECISION_ALREADY, DECISION_FORWARD, DECISION_MIXED, forward_decision
 
@@ -42,11 +44,17 @@ class GroupWrite:
 
     group: str
     offsets: dict[TopicPartitionKey, int]  # targets; for a delete, the offsets it has
-    rows: list[dict]
+    # the rows, or how to build them when they are appended (10,000 groups' rows are never
+    # all in memory at once)
+    rows: list[dict] | Callable[[], list[dict]]
     is_delete: bool = False
     is_forward_only: bool = True
     allow_rewind: bool = False
     already_status: str = GroupStatus.ALREADY_MIGRATED  # how "at or past the targets" is reported
+
+
+def _rows(w: GroupWrite) -> list[dict]:
+    return w.rows() if callable(w.rows) else w.rows
 
 
 @dataclass
@@ -83,7 +91,7 @@ def restore_block(outcomes: Sequence[WriteOutcome]) -> str:
 def execute_writes(
     cluster: Cluster,
     writes: Sequence[GroupWrite],
-    decision_rows: Sequence[dict],
+    decision_rows: Iterable[dict],
     ledger: Ledger,
     lease_ms: int,
     progress: Callable[[str], None],
@@ -91,10 +99,10 @@ def execute_writes(
 ) -> dict[str, WriteOutcome]:
     """Write the groups as the module docstring says, `batch_groups` (default
     `BATCH_GROUPS`) at a time; returns group → outcome."""
-    intent_rows = [{**r, "phase": PHASE_INTENT} for w in writes for r in w.rows]
-    decided = [{**r, "phase": PHASE_PLAN} for r in decision_rows]
-    # The commit is tagged `intent` only when it holds intents (claims are looked up by it).
-    ledger.append(intent_rows + decided, PHASE_INTENT if intent_rows else PHASE_PLAN)
+    intent_rows = ({**r, "phase": PHASE_INTENT} for w in writes for r in _rows(w))
+    decided = ({**r, "phase": PHASE_PLAN} for r in decision_rows)
+    # Commits are tagged `intent` only when the run has intents (claims are looked up by it).
+    ledger.append(itertools.chain(intent_rows, decided), PHASE_INTENT if writes else PHASE_PLAN)
     if not writes:
         return {}
     cluster_id = cluster.conf.get("bootstrap.servers")
@@ -227,5 +235,5 @@ def _outcome_rows(w: GroupWrite, outcome: WriteOutcome) -> list[dict]:
             "is_committed": outcome.is_committed,
             "message": outcome.message,
         }
-        for r in w.rows
+        for r in _rows(w)
     ]

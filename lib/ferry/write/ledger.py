@@ -23,9 +23,11 @@ first, so two runs that select the same group at once never both write it.
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
+from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -42,6 +44,8 @@ from pyspark.sql.types import (
 
 from ferry import delta
 from ferry.errors import FerryError
+
+T = TypeVar("T")
 
 PHASE_PLAN = "plan"
 PHASE_INTENT = "intent"
@@ -76,6 +80,15 @@ LEDGER_SCHEMA = StructType(
     ]
 )
 LEDGER_COLUMNS = LEDGER_SCHEMA.fieldNames()
+# Rows per Delta commit: a run's ledger rows are never all in memory at once.
+BATCH_ROWS = 50_000
+
+
+def batched(rows: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of at most `size` items."""
+    it = iter(rows)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
 
 
 class LedgerError(FerryError):
@@ -120,18 +133,24 @@ class Ledger:
         ]
 
     def append(self, rows: Iterable[Mapping], phase: str) -> str:
-        """Append rows in one Delta commit, of `phase` unless a row names its own (the commit
-        is tagged with `phase`); LedgerError names the path."""
-        full = self.full_rows(rows, phase)
-        if not full:
+        """Append rows, of `phase` unless a row names its own, in Delta commits of at most
+        `BATCH_ROWS` rows (each tagged with `phase`), so a run of any size holds one batch in
+        memory; LedgerError names the path. A run's intent may span several commits: all are
+        appended before any cluster is written, and claims order runs by their last one."""
+        wrote = False
+        for batch in batched(rows, BATCH_ROWS):
+            self._append_batch(self.full_rows(batch, phase), phase)
+            wrote = True
+        if not wrote:
             self.writer = self.writer or delta.writer_name(self.spark)
-            return self.writer
+        return self.writer or delta.writer_name(self.spark)
+
+    def _append_batch(self, full: list[dict], phase: str) -> None:
         meta = {"ferry.run_id": self.run_id, "ferry.phase": phase}
         try:
             self.writer = delta.append_rows(self.spark, full, LEDGER_SCHEMA, self.path, meta)
         except Exception as exc:  # noqa: BLE001 - any storage failure is the same to the user
             raise LedgerError(f"cannot append to ledger {self.path}: {_reason(exc)}") from exc
-        return self.writer
 
     def open_claims(self, cluster: str, groups: Sequence[str], lease_ms: int) -> dict[str, str]:
         """Groups (of `groups`, on `cluster`) that another run intends to write and that the
@@ -167,16 +186,17 @@ class Ledger:
         return claims
 
     def _intent_versions(self, others: set[str]) -> dict[str, int]:
-        """Delta log version of this run's intent commit and of the others' found since."""
+        """Delta log version of the last intent commit of this run and of the others found
+        since (a run's intent may span several commits: the last one orders it, because a
+        run looks for claims only after all of its own are appended)."""
         limit = 256
         while True:
             history = delta.commit_metadata(self.spark, self.path, limit)
-            found = {
-                meta.get("ferry.run_id"): version
-                for version, meta in history
-                if meta.get("ferry.phase") == PHASE_INTENT
-                and meta.get("ferry.run_id") in others | {self.run_id}
-            }
+            found: dict[str, int] = {}
+            for version, meta in history:  # newest first: the first seen is the last commit
+                run = meta.get("ferry.run_id")
+                if meta.get("ferry.phase") == PHASE_INTENT and run in others | {self.run_id}:
+                    found.setdefault(run, version)
             if self.run_id in found or len(history) < limit:
                 break
             limit *= 8

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ferry.types import TopicPartitionKey
+from ferry.keys import TopicPartitionKey
 
 DECISION_ALREADY = "already"
 DECISION_FORWARD = "forward"

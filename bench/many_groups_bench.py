@@ -1,0 +1,272 @@
+"""Many groups: `migrate` (dry run and --execute), `audit` and `groups describe` of 40, 2,000
+and 10,000 groups, each a real `./spark-submit.sh` run with default settings, beside the same
+run's raw-client floor.
+
+World (issue #31's shape): 8 topics of 32 partitions on a local source cluster, RECORDS (200)
+unique records per partition, replicated in order to a local destination cluster from offset
+REPLICATED_FROM (so every exact destination offset is the source's minus REPLICATED_FROM).
+Every group is stopped and committed on 2 topics x 32 partitions (64 group partitions), at
+offsets drawn from every third offset: ~16,000 distinct positions however many groups.
+
+Per size the bench prints wall time and peak driver memory (the RSS of spark-submit's JVM and
+the Python driver together, sampled every 0.1 s) for each run, and the raw-client floor: a
+plain confluent-kafka program that lists the groups, describes them and fetches their
+committed offsets on both clusters, reads both clusters' log ends and every record of the
+source once. Targets: Ferry's marginal cost from the smallest to the largest size at most 3x
+the floor's; the largest size within 60 s. Exit 1 when a run fails or any offset is not exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+# Brokers hold every group's offsets in memory: 10,000 groups x 64 partitions on each side.
+os.environ.setdefault("FERRY_BROKER_JVM_OPTS", "-Xmx1g")
+
+from world import BulkProducer, commit_all  # noqa: E402
+
+from ferry import kafka  # noqa: E402
+from ferry.kafka.cluster import Cluster  # noqa: E402
+from ferry.testing.brokers import local_brokers  # noqa: E402
+from ferry.testing.produce import create_topics  # noqa: E402
+
+TOPICS = [f"mg-t{i}" for i in range(8)]
+PARTITIONS = 32
+RECORDS = 200
+REPLICATED_FROM = 10
+Offsets = dict[tuple[str, int], int]
+
+
+def produce_world(src: dict, dst: dict) -> None:
+    base = int(time.time() * 1000) - 24 * 3600 * 1000
+    ps, pd = BulkProducer(src), BulkProducer(dst)
+    for topic in TOPICS:
+        for p in range(PARTITIONS):
+            for i in range(RECORDS):
+                key, value, ts = f"k{i % 7}".encode(), f"{topic}/{p}/{i}".encode(), base + i * 100
+                ps.produce(topic, key, value, p, ts)
+                if i >= REPLICATED_FROM:
+                    pd.produce(topic, key, value, p, ts)
+    ps.flush()
+    pd.flush()
+
+
+def make_groups(size: int, prefix: str) -> dict[str, Offsets]:
+    rng = random.Random(prefix)
+    offsets = range(REPLICATED_FROM + 1, RECORDS + 1, 3)
+    return {
+        f"{prefix}-{g:05d}": {
+            (t, p): rng.choice(offsets) for t in rng.sample(TOPICS, 2) for p in range(PARTITIONS)
+        }
+        for g in range(size)
+    }
+
+
+def _tree_rss(pid: int) -> int:
+    """RSS in bytes of a process and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def run_job(args: list[str], out: Path) -> tuple[int, float, float, str]:
+    """(exit code, seconds, peak MiB, stderr tail) of one `./spark-submit.sh` run."""
+    t0 = time.monotonic()
+    with out.open("w") as fh:
+        proc = subprocess.Popen(
+            [str(ROOT / "spark-submit.sh"), *args], stdout=fh, stderr=subprocess.PIPE, text=True
+        )
+        peak = [0]
+
+        def sample() -> None:
+            while proc.poll() is None:
+                peak[0] = max(peak[0], _tree_rss(proc.pid))
+                time.sleep(0.1)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, err = proc.communicate()
+        sampler.join()
+    tail = "\n".join(err.strip().splitlines()[-3:])
+    return proc.returncode, time.monotonic() - t0, peak[0] / 2**20, tail
+
+
+def raw_floor(src: Cluster, dst: Cluster, prefix: str) -> float:
+    """Seconds a plain confluent-kafka program takes to gather what migrate needs."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    t0 = time.monotonic()
+
+    def side(cluster: Cluster) -> None:
+        admin = cluster.admin()
+        listed = admin.list_consumer_groups().result()
+        groups = sorted(g.group_id for g in listed.valid if g.group_id.startswith(prefix))
+        for i in range(0, len(groups), 1000):
+            for f in admin.describe_consumer_groups(groups[i : i + 1000]).values():
+                f.result()
+        futures = [
+            admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)])[g] for g in groups
+        ]
+        for f in futures:
+            f.result()
+        tps = {TopicPartition(t, p): OffsetSpec.latest() for t in TOPICS for p in range(32)}
+        for f in admin.list_offsets(tps).values():
+            f.result()
+
+    with ThreadPoolExecutor(2) as pool:
+        done = [pool.submit(side, src), pool.submit(side, dst)]
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({**src.conf, "group.id": "floor", "enable.auto.commit": False,
+                             "enable.partition.eof": True})  # fmt: skip
+        consumer.assign([TopicPartition(t, p, 0) for t in TOPICS for p in range(PARTITIONS)])
+        left, n = len(TOPICS) * PARTITIONS, 0
+        while left:
+            for m in consumer.consume(10_000, 1.0):
+                if m.error() is None:
+                    n += 1
+                elif m.error().code() == -191:  # _PARTITION_EOF
+                    left -= 1
+        consumer.close()
+        for f in done:
+            f.result()
+    assert n == len(TOPICS) * PARTITIONS * RECORDS, n
+    return time.monotonic() - t0
+
+
+def check_plan(path: Path, groups: dict[str, Offsets], status: str) -> int:
+    """Groups whose every row has `status` and the exact offset."""
+    rows = json.loads(path.read_text())
+    got: dict[str, Offsets] = {}
+    bad = set()
+    for r in rows:
+        got.setdefault(r["group"], {})[(r["dst_topic"], r["dst_partition"])] = r[
+            "destination_offset"
+        ]
+        if r["group_status"] != status:
+            bad.add(r["group"])
+    want = {g: {tp: o - REPLICATED_FROM for tp, o in offs.items()} for g, offs in groups.items()}
+    return sum(1 for g in groups if g not in bad and got.get(g) == want[g])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="40,2000,10000", help="group counts, comma separated")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    ok = True
+    with local_brokers("many-src", "many-dst") as (src, dst):
+        t0 = time.monotonic()
+        topics = dict.fromkeys(TOPICS, PARTITIONS)
+        create_topics(src.config, topics)
+        create_topics(dst.config, topics)
+        produce_world(src.config, dst.config)
+        src_c, dst_c = Cluster("source", src.config), Cluster("destination", dst.config)
+        worlds = {n: make_groups(n, f"mg{n}") for n in sizes}
+        for groups in worlds.values():
+            commit_all(src_c, groups)
+        print(f"world built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
+        work = Path(tempfile.mkdtemp(prefix="ferry-many-groups-"))
+        results: dict[int, dict[str, tuple[float, float]]] = {}
+        for n in sizes:
+            groups = worlds[n]
+            config = work / f"{n}.yaml"
+            config.write_text(
+                f"source:\n  bootstrap.servers: {src.bootstrap}\n"
+                f"destination:\n  bootstrap.servers: {dst.bootstrap}\n"
+                f"cluster:\n  bootstrap.servers: {src.bootstrap}\n"  # groups describe
+                f"groups:\n  include: ['mg{n}-.*']\n"
+                f"ledger:\n  path: {work / f'ledger-{n}'}\n"
+            )
+            base = ["--config", str(config), "-o", "json", "--quiet"]
+            positions = len({(t, p, o) for offs in groups.values() for (t, p), o in offs.items()})
+            floor = raw_floor(src_c, dst_c, f"mg{n}-")
+            results[n] = {"floor": (floor, 0.0)}
+            runs = [
+                ("dry run", ["migrate", *base], "READY"),
+                ("execute", ["migrate", *base, "--execute"], "COMMITTED"),
+                ("audit", ["audit", *base], None),
+                ("describe", ["groups", "describe", *base, "--group", f"mg{n}-.*"], None),
+            ]
+            for name, argv, status in runs:
+                out = work / f"{n}-{name.replace(' ', '-')}.json"
+                code, seconds, peak, tail = run_job(argv, out)
+                results[n][name] = (seconds, peak)
+                note = ""
+                if code != 0:
+                    ok, note = False, f"  EXIT {code}: {tail}"
+                elif status:
+                    exact = check_plan(out, groups, status)
+                    ok &= exact == n
+                    note = f"  exact {exact}/{n}"
+                elif name == "audit":
+                    rows = json.loads(out.read_text())["rows"]
+                    exact = sum(r["verdict"] == "EXACT" for r in rows)
+                    ok &= exact == n * 64
+                    note = f"  EXACT rows {exact}/{n * 64}"
+                print(f"{n:6d} groups {name:9s} {seconds:6.1f}s  peak {peak:6.0f} MiB{note}",
+                      file=sys.stderr)  # fmt: skip
+            actual = kafka.committed_offsets(dst_c, sorted(groups))
+            want = {
+                g: {tp: o - REPLICATED_FROM for tp, o in o_.items()} for g, o_ in groups.items()
+            }
+            committed_exact = sum(actual[g] == want[g] for g in groups)
+            ok &= committed_exact == n
+            print(
+                f"{n:6d} groups: {n * 64} group partitions, {positions} distinct positions, "
+                f"floor {floor:.1f}s, destination offsets exact {committed_exact}/{n}",
+                file=sys.stderr,
+            )
+
+        print("many groups (wall s / peak driver MiB), default settings:")
+        names = ["dry run", "execute", "audit", "describe"]
+        print("  groups   floor  " + "  ".join(f"{x:>16s}" for x in names))
+        for n in sizes:
+            r = results[n]
+            cells = "  ".join(f"{r[x][0]:7.1f}s {r[x][1]:6.0f}M" for x in names)
+            print(f"  {n:6d} {r['floor'][0]:6.1f}s  {cells}")
+        lo, hi = sizes[0], sizes[-1]
+        floor_margin = results[hi]["floor"][0] - results[lo]["floor"][0]
+        for x in names[:3]:
+            margin = results[hi][x][0] - results[lo][x][0]
+            print(
+                f"  {x}: marginal cost {lo} -> {hi} groups {margin:.1f}s = "
+                f"{margin / max(floor_margin, 1e-9):.1f}x the floor's {floor_margin:.1f}s "
+                f"(target <= 3x); {hi} groups in {results[hi][x][0]:.1f}s (target <= 60 s)"
+            )
+        print(f"every offset exact: {'yes' if ok else 'NO'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""What a plan is: matching's result per anchor position, given to every group partition at
+that position only when a row is asked for.
+
+Ten thousand groups committed on the same partitions share a few thousand positions (source
+topic, partition, committed offset). Spark matches each position once and the driver keeps
+one result per position; a group's plan rows are built from its committed offsets when a
+stage needs them (decide, ledger, output), one group at a time, so nothing the size of
+groups × partitions is collected or held beyond the committed offsets discovery fetched.
+
+Pure: no Spark, no Kafka client (`ferry.migrate.plan` builds a `Plan`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ferry.keys import TopicPartitionKey
+from ferry.status import GroupStatus
+
+Position = tuple[str, int, int]  # source topic, partition, committed offset
+
+
+def row_order(row: Mapping) -> tuple:
+    """Group, source topic, then source partition (exact rows) or destination partition
+    (reconciled rows, which have no source partition)."""
+    partition = row["src_partition"]
+    return (row["group"], row["src_topic"], partition is None, partition or 0, row["dst_partition"])
+
+
+@dataclass
+class Plan:
+    """Every selected group's plan, row by row on demand (`rows_of`, `rows`)."""
+
+    # position -> matching's row for it (`ferry.migrate.matching.POSITION_COLUMNS`)
+    positions: dict[Position, dict]
+    # group -> source partition -> committed offset, for partitions matched exactly
+    exact: dict[str, Mapping[TopicPartitionKey, int]]
+    # group -> the destination group's offsets before this run
+    previous: dict[str, Mapping[TopicPartitionKey, int]]
+    # group -> rows made outside matching (reconciled topics, no destination, refused)
+    extra: dict[str, list[dict]] = field(default_factory=dict)
+    # group -> (status, why) for groups decided before matching (refused, nothing to migrate)
+    group_notes: dict[str, tuple[GroupStatus, str]] = field(default_factory=dict)
+
+    def groups(self) -> list[str]:
+        return sorted(set(self.exact) | set(self.extra) | set(self.group_notes))
+
+    def rows_of(self, group: str) -> list[dict]:
+        """The group's plan rows (`PLAN_COLUMNS`, `previous_offset`, `note`), in row order;
+        fresh dicts each call, so a caller may add columns."""
+        previous = self.previous.get(group, {})
+        rows = []
+        for (topic, partition), offset in self.exact.get(group, {}).items():
+            row = {"group": group, **self.positions[(topic, partition, offset)]}
+            row["previous_offset"] = previous.get((row["dst_topic"], row["dst_partition"]))
+            row["note"] = None
+            rows.append(row)
+        for extra in self.extra.get(group, []):
+            row = dict(extra)
+            if row.get("previous_offset") is None and row.get("dst_partition") is not None:
+                row["previous_offset"] = previous.get((row["dst_topic"], row["dst_partition"]))
+            rows.append(row)
+        rows.sort(key=row_order)
+        return rows
+
+    @property
+    def rows(self) -> Iterator[dict]:
+        """Every group's rows, group by group (a new iterator each time)."""
+        for group in self.groups():
+            yield from self.rows_of(group)
+
+    def row_count(self, group: str) -> int:
+        return len(self.exact.get(group, {})) + len(self.extra.get(group, []))
+
+    def merged(self, newer: Plan) -> Plan:
+        """This plan with every group `newer` planned replaced by newer's rows and notes."""
+        replanned = set(newer.groups())
+
+        def keep(d: dict) -> dict:
+            return {g: v for g, v in d.items() if g not in replanned}
+
+        return Plan(
+            {**self.positions, **newer.positions},
+            {**keep(self.exact), **newer.exact},
+            {**keep(self.previous), **newer.previous},
+            {**keep(self.extra), **newer.extra},
+            {**keep(self.group_notes), **newer.group_notes},
+        )
