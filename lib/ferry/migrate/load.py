@@ -16,8 +16,9 @@ from pyspark.sql import SparkSession
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.migrate.decision import GroupDecision
-from ferry.migrate.difference import Count, Span, count_records, row_span, signed_difference
+from ferry.migrate.difference import count_records
 from ferry.migrate.model import Plan
+from ferry.migrate.spans import Count, Span, row_span, signed_difference
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import commit
 from ferry.write.ledger import PHASE_PLAN, Ledger
