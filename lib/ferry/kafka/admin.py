@@ -7,7 +7,7 @@ defined in the module that owns its concept —
 - `ferry.kafka.log_offsets`: `watermarks`, `list_offsets`;
 - `ferry.kafka.groups`: `list_groups`, `describe_groups`, `committed_offsets`, `delete_groups`,
   `GroupInfo`, `GroupActiveError`;
-- `ferry.types`: `TopicPartitionKey`.
+- `ferry.keys`: `TopicPartitionKey`.
 
 New code imports from those (or from `ferry.kafka`), not from here.
 """
@@ -26,7 +26,7 @@ from ferry.kafka.groups import (
 from ferry.kafka.log_offsets import OFFSET_INVALID, list_offsets, watermarks
 from ferry.kafka.metadata import check_reachable, list_topics
 from ferry.kafka.retry import checked_future, failed_future, retry_each
-from ferry.types import TopicPartitionKey
+from ferry.keys import TopicPartitionKey
 
 __all__ = [
     "OFFSET_INVALID",

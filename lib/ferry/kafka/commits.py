@@ -19,7 +19,7 @@ from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
 from ferry.kafka.failures import is_transient_error
 from ferry.kafka.groups import active_error, committed_offsets, describe_groups
 from ferry.kafka.retry import checked_future, failed_future, retry_each
-from ferry.types import TopicPartitionKey
+from ferry.keys import TopicPartitionKey
 
 
 def alter_offsets_each(

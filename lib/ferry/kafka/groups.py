@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from ferry.kafka.cluster import Cluster, ClusterError
 from ferry.kafka.failures import short_reason
 from ferry.kafka.retry import checked_future, gather_into, gather_one
+from ferry.keys import TopicPartitionKey
 from ferry.status import GroupState
-from ferry.types import TopicPartitionKey
 
 
 @dataclass(frozen=True)

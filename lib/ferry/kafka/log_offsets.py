@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from ferry.kafka.cluster import Cluster, ClusterError
 from ferry.kafka.failures import is_leader_lookup, kafka_error, lost_connection
 from ferry.kafka.retry import checked_future, gather
-from ferry.types import TopicPartitionKey
+from ferry.keys import TopicPartitionKey
 
 OFFSET_INVALID = -1001  # librdkafka's "no offset"
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.log_offsets import list_offsets, watermarks
 from ferry.kafka.reader import OffsetRange, RangeReader
-from ferry.types import TopicPartitionKey
+from ferry.keys import TopicPartitionKey
 
 
 def first_records_at(

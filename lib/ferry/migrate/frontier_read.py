@@ -20,6 +20,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from ferry import kafka
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 from ferry.migrate import copies, placement, replication
 from ferry.migrate.discover import Discovery
 from ferry.migrate.extract import read_records, union_records
@@ -39,7 +40,6 @@ from ferry.migrate.frontier import (
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.search import anchor_positions
 from ferry.session import local_df
-from ferry.types import TopicPartitionKey
 
 SLICES_SCHEMA = StructType(
     [
