@@ -73,7 +73,7 @@ def commit_all(cluster: Cluster, groups: dict[str, Offsets]) -> None:
     creates `__consumer_offsets`): those groups are committed again until none is left."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    from ferry.kafka.admin import is_transient_error
+    from ferry.kafka.failures import is_transient_error
 
     admin = cluster.admin()
     pending = sorted(groups)

@@ -29,7 +29,7 @@ import sys
 
 from pyspark import StorageLevel
 
-from ferry import delta, kafka, offsets_topic
+from ferry import delta, kafka
 from ferry.cli import (
     ArgumentParser,
     Progress,
@@ -40,6 +40,7 @@ from ferry.cli import (
 )
 from ferry.config import load_config, require
 from ferry.errors import EXIT_OK, UsageError
+from ferry.offsets_topic import decode, tables
 from ferry.session import build_session
 from ferry.write.ledger import new_run_id
 
@@ -82,46 +83,46 @@ def main(argv: list[str]) -> int:
     spark = build_session("ferry-decode-offsets")
     # On the driver or through Spark by size; an isolation.level in `cluster` wins over
     # reader.isolation_level.
-    records_df = kafka.read(spark, cluster, ranges, columns=offsets_topic.INPUT_COLUMNS)
-    decoded_df = offsets_topic.with_decoded(records_df)
+    records_df = kafka.read(spark, cluster, ranges, columns=tables.INPUT_COLUMNS)
+    decoded_df = tables.with_decoded(records_df)
     if args.read_from == "latest-snapshot":
-        decoded_df = offsets_topic.filter_latest_per_key(decoded_df)
+        decoded_df = tables.filter_latest_per_key(decoded_df)
     # Counted once and written three times: keep the decoded rows instead of reading the
     # topic again for each table.
     decoded_df = decoded_df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        counts = offsets_topic.kind_counts(decoded_df)
+        counts = tables.kind_counts(decoded_df)
         progress(f"decoded {sum(n for n, _ in counts.values())} records; writing")
         run_id = new_run_id("decode-offsets")
-        tables = (
-            (offsets_topic.filter_offset_commits, cfg.offsets.commits_path),
-            (offsets_topic.filter_group_metadata, cfg.offsets.groups_path),
-            (offsets_topic.filter_quarantine, cfg.offsets.quarantine_path),
+        outputs = (
+            (tables.filter_offset_commits, cfg.offsets.commits_path),
+            (tables.filter_group_metadata, cfg.offsets.groups_path),
+            (tables.filter_quarantine, cfg.offsets.quarantine_path),
         )
         writers = {
             delta.append(spark, select(decoded_df, run_id, args.read_from), path)
-            for select, path in tables
+            for select, path in outputs
         }
     finally:
         decoded_df.unpersist()
 
     paths = {
-        offsets_topic.KIND_OFFSET_COMMIT: cfg.offsets.commits_path,
-        offsets_topic.KIND_GROUP_METADATA: cfg.offsets.groups_path,
-        offsets_topic.KIND_UNSUPPORTED: cfg.offsets.quarantine_path,
-        offsets_topic.KIND_MALFORMED: cfg.offsets.quarantine_path,
+        decode.KIND_OFFSET_COMMIT: cfg.offsets.commits_path,
+        decode.KIND_GROUP_METADATA: cfg.offsets.groups_path,
+        decode.KIND_UNSUPPORTED: cfg.offsets.quarantine_path,
+        decode.KIND_MALFORMED: cfg.offsets.quarantine_path,
     }
     rows = [
         {
             "kind": kind,
             "records": n,
-            "deletions": deletions if kind in offsets_topic.DELETABLE_KINDS else None,
+            "deletions": deletions if kind in decode.DELETABLE_KINDS else None,
             "path": paths[kind],
         }
         for kind, (n, deletions) in counts.items()
     ]
     emit(rows, SUMMARY_COLUMNS, args.output)
-    malformed = counts[offsets_topic.KIND_MALFORMED][0]
+    malformed = counts[decode.KIND_MALFORMED][0]
     if malformed:
         print(
             f"warning: {malformed} malformed records quarantined in {cfg.offsets.quarantine_path}"

@@ -36,7 +36,7 @@ from ferry.cli import (
 from ferry.config import load_config, require
 from ferry.errors import EXIT_OK, FerryError, UsageError
 from ferry.groups import reset
-from ferry.lag import history
+from ferry.lag import burrow, evaluation, history
 from ferry.session import build_session
 
 PARTITION_COLUMNS = [
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     history_df = history.filter_history(
         history.read_history(spark, path), args.group, now_ms
     )
-    status_df = history.evaluate_history(
+    status_df = evaluation.evaluate_history(
         history_df, window, allowed_lag, int(time.time() * 1000), now_ms
     )
     # One Spark job: collected as Arrow and ordered here, not by a Spark sort (a second job).
@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
     shown = [r for r in rows if args.all_partitions or r["status"] != "OK"]
     groups = group_rows(rows)
     if args.output == "json":
-        emit_json(history.burrow_responses(rows, args.all_partitions))
+        emit_json(burrow.burrow_responses(rows, args.all_partitions))
     elif args.output == "csv":
         emit(shown, history.STATUS_COLUMNS, "csv")
     else:

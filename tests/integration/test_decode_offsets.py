@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 import pytest
 from deltalake import DeltaTable
 
-from ferry import kafka, offsets_topic
+from ferry import kafka
+from ferry.offsets_topic import tables
 from ferry.testing.brokers import BROKER_SETTINGS
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
@@ -421,5 +422,5 @@ def test_an_empty_topic_gives_empty_tables(cluster, tmp_path, unique):
     for key in ("commits", "groups", "quarantine"):
         assert DeltaTable(paths[key]).to_pyarrow_table().num_rows == 0
     assert DeltaTable(paths["commits"]).schema().to_arrow().names == (
-        offsets_topic.OFFSET_COMMITS_SCHEMA.fieldNames()
+        tables.OFFSET_COMMITS_SCHEMA.fieldNames()
     )

@@ -1,4 +1,4 @@
-"""The one admin retry loop (`ferry.kafka.admin.retry_each`) as a control loop: which keys are
+"""The one admin retry loop (`ferry.kafka.retry.retry_each`) as a control loop: which keys are
 sent again, when the client is renewed, what a recheck settles, and that the budget holds.
 The requests themselves are futures made here; the fault tests stage the same failures on the
 wire (tests/integration/test_faults_jobs.py)."""
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
 
-from ferry.kafka.admin import failed_future, retry_each
 from ferry.kafka.cluster import ClusterError, CommitUnknownError
+from ferry.kafka.retry import failed_future, retry_each
 
 
 @dataclass

@@ -457,7 +457,7 @@ def history(spark, rows: list[tuple]):
 
 def entry_times(spark, rows: list[tuple]) -> list[tuple[int, int | None]]:
     """(snapshot index, entry time as minutes after T0) per row, oldest first."""
-    from ferry.lag.history import with_entry_time
+    from ferry.lag.evaluation import with_entry_time
 
     out = with_entry_time(history(spark, rows)).orderBy("snapshot_ms").collect()
     return [
@@ -519,7 +519,7 @@ def test_entry_times_are_per_partition_and_group(spark) -> None:
         snap(1, 4, 10, state="EMPTY", partition=1),
         snap(1, 3, 10, state="EMPTY", group="h"),
     ]
-    from ferry.lag.history import with_entry_time
+    from ferry.lag.evaluation import with_entry_time
 
     out = with_entry_time(history(spark, rows)).collect()
     got = {
@@ -529,7 +529,7 @@ def test_entry_times_are_per_partition_and_group(spark) -> None:
 
 
 def test_window_keeps_each_partitions_newest_snapshots(spark) -> None:
-    from ferry.lag.history import filter_window, with_entry_time
+    from ferry.lag.evaluation import filter_window, with_entry_time
 
     rows = [snap(i, 3, 10, state="EMPTY") for i in range(5)] + [snap(4, 1, 2, partition=1)]
     out = filter_window(with_entry_time(history(spark, rows)), 3).collect()
@@ -617,7 +617,7 @@ def window_row(
 
 
 def test_evaluate_group_windows_and_group_fields() -> None:
-    from ferry.lag.history import evaluate_group
+    from ferry.lag.evaluation import evaluate_group
 
     rows = [
         # p0: progressing with falling lag over 4 snapshots -> OK, complete 4/4.
@@ -640,7 +640,7 @@ def test_evaluate_group_windows_and_group_fields() -> None:
 
 
 def test_evaluate_group_keeps_only_the_last_window_rows() -> None:
-    from ferry.lag.history import evaluate_group
+    from ferry.lag.evaluation import evaluate_group
 
     # Lag rose over the first snapshots and fell in the last two: WARN over 6, OK over 2.
     rows = [window_row(i, 10 * i, 10 * i + lag) for i, lag in enumerate([1, 2, 3, 4, 5, 3])]
@@ -651,7 +651,7 @@ def test_evaluate_group_keeps_only_the_last_window_rows() -> None:
 
 
 def test_evaluate_group_now_defaults_to_the_newest_snapshot() -> None:
-    from ferry.lag.history import evaluate_group
+    from ferry.lag.evaluation import evaluate_group
 
     # Offset 5 first seen at snapshot 0 and never again committed: entries keep time 0.
     rows = [window_row(i, 5, 10 + i, entry=0) for i in range(3)]
@@ -668,7 +668,7 @@ def test_evaluate_group_now_defaults_to_the_newest_snapshot() -> None:
 
 
 def test_evaluate_group_drops_partitions_missing_from_the_newest_snapshot() -> None:
-    from ferry.lag.history import evaluate_group
+    from ferry.lag.evaluation import evaluate_group
 
     rows = [window_row(i, 5, 10, partition=0) for i in range(3)]
     rows += [window_row(i, 1, 10, partition=1) for i in range(2)]  # gone at snapshot 2
@@ -678,7 +678,7 @@ def test_evaluate_group_drops_partitions_missing_from_the_newest_snapshot() -> N
 
 
 def test_evaluate_group_uncommitted_partition_is_an_empty_window() -> None:
-    from ferry.lag.history import evaluate_group
+    from ferry.lag.evaluation import evaluate_group
 
     rows = [window_row(0, None, 10), window_row(1, None, 12), window_row(2, 4, 12)]
     [row] = evaluate_group(rows, 3, 0)
@@ -689,7 +689,7 @@ def test_evaluate_group_uncommitted_partition_is_an_empty_window() -> None:
 
 
 def test_evaluate_group_allowed_lag() -> None:
-    from ferry.lag.history import evaluate_group
+    from ferry.lag.evaluation import evaluate_group
 
     rows = [window_row(i, 5, 8 + i) for i in range(3)]  # lags 3, 4, 5 at one offset
     assert evaluate_group(rows, 3, 2)[0]["status"] == "STALL"
@@ -701,7 +701,8 @@ def test_evaluate_group_allowed_lag() -> None:
 
 
 def test_evaluate_history_statuses_and_schema(spark) -> None:
-    from ferry.lag.history import STATUS_SCHEMA, evaluate_history
+    from ferry.lag.evaluation import evaluate_history
+    from ferry.lag.history import STATUS_SCHEMA
 
     rows = []
     for i in range(4):
@@ -751,7 +752,7 @@ def test_evaluate_history_statuses_and_schema(spark) -> None:
 
 
 def test_evaluate_history_shuffles_the_history_once(spark) -> None:
-    from ferry.lag.history import evaluate_history
+    from ferry.lag.evaluation import evaluate_history
 
     rows = [snap(i, 3, 10 + i, group=g) for i in range(3) for g in ("a", "b")]
     status_df = evaluate_history(history(spark, rows), 4, 0, T0)
@@ -762,7 +763,8 @@ def test_evaluate_history_shuffles_the_history_once(spark) -> None:
 
 
 def test_status_rows_are_what_collect_gives_in_order(spark) -> None:
-    from ferry.lag.history import evaluate_history, status_rows
+    from ferry.lag.evaluation import evaluate_history
+    from ferry.lag.history import status_rows
 
     rows = [
         snap(i, o, 10 + i, group=g, partition=p)
@@ -814,7 +816,7 @@ def status_row(
 
 
 def test_burrow_responses_shape() -> None:
-    from ferry.lag.history import burrow_responses
+    from ferry.lag.burrow import burrow_responses
 
     rows = [status_row(1, "STALL", 20, is_maxlag=True), status_row(0, "OK", 10)]
     [answer] = burrow_responses(rows, host="ferry-host")
@@ -850,7 +852,7 @@ def test_burrow_responses_shape() -> None:
 
 
 def test_burrow_responses_one_per_group_and_empty_windows() -> None:
-    from ferry.lag.history import burrow_responses
+    from ferry.lag.burrow import burrow_responses
 
     other = {**status_row(0, "OK", 0, is_maxlag=True, group_status="OK"), "group": "a"}
     other.update(start_offset=None, end_offset=None)

@@ -9,12 +9,14 @@ hand, pin the encoder itself, and a few are records Apache Kafka 4.3.1's group c
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
 
-from ferry import offsets_topic as ot
-from ferry.offsets_topic import OffsetsDecodeError, decode_record
+from ferry.offsets_topic import decode, tables
+from ferry.offsets_topic.decode import OffsetsDecodeError, decode_record
 
 from .coordinator_records import (
     assignment,
@@ -33,6 +35,16 @@ from .coordinator_records import (
 T_COMMIT = 1_700_000_000_123
 T_EXPIRE = 1_700_086_400_123
 T_STATE = 1_700_000_500_000
+
+
+def test_decoder_imports_without_spark_or_kafka_client():
+    # The plain decoder is a pure function: usable in a notebook or a script with neither.
+    code = (
+        "import sys, ferry.offsets_topic.decode\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'confluent_kafka')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_encoder_matches_hand_written_bytes():
@@ -194,7 +206,7 @@ def test_kafka_consumer_protocol_records_are_kept_raw(key, value, name):
     key, value = bytes.fromhex(key), value and bytes.fromhex(value)
     row = decode_record(key, value)
     assert row == {"kind": "unsupported", "key_version": key[1], "key": key, "value": value}
-    assert name in ot.unsupported_reason(row["key_version"])
+    assert name in decode.unsupported_reason(row["key_version"])
 
 
 def test_kafka_group_deletion_of_a_group_that_only_had_offsets():
@@ -399,12 +411,12 @@ def test_assignment_versions():
     topics = [("a", [3, 1])]
     expected = [{"topic": "a", "partitions": [3, 1]}]
     for version in (0, 1, 2):
-        assert ot.decode_assignment(assignment(topics, version)) == expected
+        assert decode.decode_assignment(assignment(topics, version)) == expected
         with pytest.raises(OffsetsDecodeError, match="unexpected bytes"):
-            ot.decode_assignment(assignment(topics, version) + b"\x00")
+            decode.decode_assignment(assignment(topics, version) + b"\x00")
     # A newer consumer protocol version is read with the known layout; it may append fields.
-    assert ot.decode_assignment(assignment(topics, 3) + i32(99)) == expected
-    assert ot.decode_assignment(assignment(topics, 0, user_data=None)) == expected
+    assert decode.decode_assignment(assignment(topics, 3) + i32(99)) == expected
+    assert decode.decode_assignment(assignment(topics, 0, user_data=None)) == expected
 
 
 # ------------------------------------------------------------------------- unsupported keys
@@ -423,12 +435,12 @@ def test_newer_key_versions_are_unsupported_rows_with_the_raw_bytes(key_version,
 
 
 def test_unsupported_reason_names_known_record_types():
-    assert "ConsumerGroupMetadataKey" in ot.unsupported_reason(3)
+    assert "ConsumerGroupMetadataKey" in decode.unsupported_reason(3)
     # Apache Kafka 4.3.1's CoordinatorRecordType: share groups, regex subscriptions, streams
-    assert "ShareGroupMetadataKey" in ot.unsupported_reason(11)
-    assert "ConsumerGroupRegularExpressionKey" in ot.unsupported_reason(16)
-    assert "StreamsGroupTopologyKey" in ot.unsupported_reason(23)
-    assert "newer than this decoder" in ot.unsupported_reason(99)
+    assert "ShareGroupMetadataKey" in decode.unsupported_reason(11)
+    assert "ConsumerGroupRegularExpressionKey" in decode.unsupported_reason(16)
+    assert "StreamsGroupTopologyKey" in decode.unsupported_reason(23)
+    assert "newer than this decoder" in decode.unsupported_reason(99)
 
 
 # ---------------------------------------------------------------------------- malformed
@@ -544,7 +556,7 @@ def records_df(spark, rows):
 
     from ferry.kafka.source import FULL_SCHEMA
 
-    schema = StructType([FULL_SCHEMA[c] for c in ot.INPUT_COLUMNS])
+    schema = StructType([FULL_SCHEMA[c] for c in tables.INPUT_COLUMNS])
     return spark.createDataFrame(
         [("__consumer_offsets", p, o, TS, k, v) for p, o, k, v in rows], schema
     )
@@ -552,7 +564,7 @@ def records_df(spark, rows):
 
 def test_decoded_tables_have_the_published_schemas_and_rows(spark):
     key = commit_key("g", "t", 0)
-    df = ot.with_decoded(
+    df = tables.with_decoded(
         records_df(
             spark,
             [
@@ -564,12 +576,12 @@ def test_decoded_tables_have_the_published_schemas_and_rows(spark):
             ],
         )
     )
-    commits = ot.filter_offset_commits(df, "run-1", "earliest")
-    groups = ot.filter_group_metadata(df, "run-1", "earliest")
-    quarantine = ot.filter_quarantine(df, "run-1", "earliest")
-    assert commits.schema == ot.OFFSET_COMMITS_SCHEMA
-    assert groups.schema == ot.GROUP_METADATA_SCHEMA
-    assert quarantine.schema == ot.QUARANTINE_SCHEMA
+    commits = tables.filter_offset_commits(df, "run-1", "earliest")
+    groups = tables.filter_group_metadata(df, "run-1", "earliest")
+    quarantine = tables.filter_quarantine(df, "run-1", "earliest")
+    assert commits.schema == tables.OFFSET_COMMITS_SCHEMA
+    assert groups.schema == tables.GROUP_METADATA_SCHEMA
+    assert quarantine.schema == tables.QUARANTINE_SCHEMA
 
     # One action per table, sorted here: every Spark action costs seconds on two cores.
     rows = sorted((r.asDict() for r in commits.collect()), key=lambda r: r["record_offset"])
@@ -593,7 +605,7 @@ def test_decoded_tables_have_the_published_schemas_and_rows(spark):
     assert q["malformed"]["key"] == b"\x00\x01\x00" and q["malformed"]["key_version"] == 1
     assert q["malformed"]["reason"].startswith("OffsetCommitKey v1: truncated")
 
-    assert ot.kind_counts(df) == {
+    assert tables.kind_counts(df) == {
         "offset_commit": (2, 1),
         "group_metadata": (1, 0),
         "unsupported": (1, 0),
@@ -603,7 +615,7 @@ def test_decoded_tables_have_the_published_schemas_and_rows(spark):
 
 def test_latest_snapshot_keeps_the_last_record_per_partition_and_key(spark):
     a, b = commit_key("g", "a", 0), commit_key("g", "b", 0)
-    df = ot.with_decoded(
+    df = tables.with_decoded(
         records_df(
             spark,
             [
@@ -619,8 +631,8 @@ def test_latest_snapshot_keeps_the_last_record_per_partition_and_key(spark):
             ],
         )
     )
-    latest = ot.filter_latest_per_key(df)
-    assert latest.schema == ot.DECODED_SCHEMA
+    latest = tables.filter_latest_per_key(df)
+    assert latest.schema == tables.DECODED_SCHEMA
     got = sorted(
         (r.record_partition, r.record_offset, r.kind, r.offset)
         for r in latest.select("record_partition", "record_offset", "kind", "offset").collect()

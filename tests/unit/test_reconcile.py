@@ -7,8 +7,9 @@ import hashlib
 
 import pytest
 
-from ferry.migrate import placement
-from ferry.migrate.frontier import GroupFrontier, is_replicated
+from ferry.migrate import copies, placement, replication
+from ferry.migrate.frontier import GroupFrontier, with_frontier, with_partition_frontier
+from ferry.migrate.replication import is_replicated
 from ferry.session import local_df
 
 RECORDS = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
@@ -49,7 +50,7 @@ def place(
     (all placed in the same pass). Returns group → q → (D_q, duplicates, unplaced, left closed,
     right closed), or for a single group just q → (D_q, duplicates, unplaced)."""
     src_df, dst_df = records_df(spark, "t", src), records_df(spark, "d", dst)
-    copies_df = placement.with_copies(dst_df, src_df, {"t": "d"})
+    copies_df = copies.with_copies(dst_df, src_df, {"t": "d"})
     lo, hi = frontier or band
     ts_at = {(p, o): ts for p, o, ts, _ in src}
     rows = []
@@ -88,11 +89,11 @@ def test_frontier_takes_earliest_unconsumed_and_latest_consumed(spark):
     positions = spark.createDataFrame(
         [("g", "t", 0, 5, 10), ("g", "t", 1, 9, 10), ("g", "t", 2, 3, 3)], POSITIONS
     )
-    (f,) = placement.with_frontier(positions, edges).collect()
+    (f,) = with_frontier(positions, edges).collect()
     assert (f.lo_timestamp_ms, f.lo_partition) == (150, 0)  # first unconsumed on 0
     assert (f.hi_timestamp_ms, f.hi_partition) == (300, 2)  # partition 2 drained at 3
     assert f.unknown_partition is None
-    per = {r.partition: r for r in placement.with_partition_frontier(positions, edges).collect()}
+    per = {r.partition: r for r in with_partition_frontier(positions, edges).collect()}
     assert (per[0].last_ts, per[0].last_offset, per[0].next_ts) == (140, 4, 150)
     assert (per[2].last_ts, per[2].next_ts) == (300, None)
 
@@ -100,7 +101,7 @@ def test_frontier_takes_earliest_unconsumed_and_latest_consumed(spark):
 def test_frontier_names_a_partition_with_nothing_read_around_its_offset(spark):
     edges = records_df(spark, "t", [(0, 4, 140, "a")])
     positions = spark.createDataFrame([("g", "t", 0, 5, 9), ("g", "t", 1, 7, 9)], POSITIONS)
-    (f,) = placement.with_frontier(positions, edges).collect()
+    (f,) = with_frontier(positions, edges).collect()
     assert f.unknown_partition == 1
     assert f.lo_timestamp_ms == 140  # a gap at 5: the last consumed record stands in
 
@@ -113,7 +114,7 @@ def test_copies_are_identified_once_for_every_group(spark):
            (2, 2, 40, "stranger")]  # fmt: skip
     got = {
         (r.dst_partition, r.offset): (r.kind, r.src_partition, r.src_offset, r.source_partitions)
-        for r in placement.with_copies(
+        for r in copies.with_copies(
             records_df(spark, "d", dst), records_df(spark, "t", src), {"t": "d"}
         ).collect()
     }
@@ -361,16 +362,16 @@ def group_frontier(committed: int, last_ms: int, last_offset: int) -> GroupFront
 def test_consumed_records_not_yet_copied_are_missing(spark, copied, expected):
     src = [(0, 0, 10, "a"), (0, 1, 20, "b"), (0, 2, 30, "c")]
     dst = [(0, i, 10 * (i + 1), n) for i, n in enumerate(copied)]
-    copies_df = placement.with_copies(records_df(spark, "d", dst), records_df(spark, "t", src),
+    copies_df = copies.with_copies(records_df(spark, "d", dst), records_df(spark, "t", src),
                                       {"t": "d"})  # fmt: skip
-    (r,) = placement.with_replication(copies_df).collect()
+    (r,) = replication.with_replication(copies_df).collect()
     g = group_frontier(2, 20, 1)
     newest = {"d": r.newest_ms}
     if is_replicated(g, 0, 0, {("d", 0): r.max_copied_offset}, newest, W):
         assert expected == 0
         return
     pending = spark.createDataFrame([("g", "t", 0, r.max_copied_offset, 2, g.band_lo_ms)], PENDING)
-    (m,) = placement.with_missing(records_df(spark, "t", src), pending).collect()
+    (m,) = replication.with_missing(records_df(spark, "t", src), pending).collect()
     assert m.missing == expected
 
 

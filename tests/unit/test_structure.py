@@ -47,6 +47,8 @@ PURE_MODULES = (
     "ferry.groups.reset",
     "ferry.groups.selection",
     "ferry.lag.rules",
+    "ferry.lag.burrow",
+    "ferry.offsets_topic.decode",  # the `__consumer_offsets` decoder
     "ferry.kafka",  # the package itself: its exports load on first use
 )
 HEAVY = ("pyspark", "confluent_kafka")
@@ -275,7 +277,7 @@ def test_the_inactive_rule_is_defined_once_in_status():
 # (`Selection.matches`, which `ferry.groups.selection` builds on) and, Spark-side, the history
 # table's rows (`lag.history.filter_history`, a Java regex over a column).
 REGEX_SELECTION_HOMES = {
-    "lib/ferry/config.py": "fullmatch",
+    "lib/ferry/config/model.py": "fullmatch",
     "lib/ferry/lag/history.py": "rlike",
 }
 

@@ -2,8 +2,9 @@
 
 - `cluster`: a cluster's properties, time limits and reader settings, built one way from the
   config, and the one consumer configuration;
-- `admin`: metadata, watermarks, groups, committed offsets, deletes,
-  all in bulk, under one retry policy;
+- `metadata`, `log_offsets`, `groups`: topics, watermarks, groups, committed offsets, deletes,
+  all in bulk, under one retry policy (`retry`, classifying errors with `failures`; `admin`
+  re-exports them for old importers);
 - `commits`: group offsets written one request per group, confirmed by reading them back;
 - `reader`: the one read loop (plain assigned consumer, reconnects, time limit), shared by the
   driver and the executors;
@@ -23,27 +24,27 @@ _HOMES = {
     "Cluster": "ferry.kafka.cluster",
     "ClusterError": "ferry.errors",
     "CommitUnknownError": "ferry.kafka.cluster",
-    "GroupActiveError": "ferry.kafka.admin",
-    "GroupInfo": "ferry.kafka.admin",
+    "GroupActiveError": "ferry.kafka.groups",
+    "GroupInfo": "ferry.kafka.groups",
     "KafkaReadError": "ferry.kafka.reader",
     "OffsetRange": "ferry.kafka.reader",
     "RangeReader": "ferry.kafka.reader",
     "TopicPartitionKey": "ferry.keys",
-    "active_error": "ferry.kafka.admin",
+    "active_error": "ferry.kafka.groups",
     "alter_offsets_each": "ferry.kafka.commits",
     "by_state": "ferry.kafka.commits",
-    "check_reachable": "ferry.kafka.admin",
-    "committed_offsets": "ferry.kafka.admin",
-    "delete_groups": "ferry.kafka.admin",
-    "describe_groups": "ferry.kafka.admin",
+    "check_reachable": "ferry.kafka.metadata",
+    "committed_offsets": "ferry.kafka.groups",
+    "delete_groups": "ferry.kafka.groups",
+    "describe_groups": "ferry.kafka.groups",
     "first_records_at": "ferry.kafka.probes",
-    "is_transient": "ferry.kafka.admin",
-    "list_groups": "ferry.kafka.admin",
-    "list_offsets": "ferry.kafka.admin",
-    "list_topics": "ferry.kafka.admin",
+    "is_transient": "ferry.kafka.failures",
+    "list_groups": "ferry.kafka.groups",
+    "list_offsets": "ferry.kafka.log_offsets",
+    "list_topics": "ferry.kafka.metadata",
     "offsets_for_timestamps": "ferry.kafka.probes",
     "read": "ferry.kafka.records",
-    "watermarks": "ferry.kafka.admin",
+    "watermarks": "ferry.kafka.log_offsets",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy.exports(__name__, _HOMES)

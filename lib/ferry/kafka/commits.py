@@ -15,17 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ferry.kafka.admin import (
-    TopicPartitionKey,
-    active_error,
-    checked_future,
-    committed_offsets,
-    describe_groups,
-    failed_future,
-    is_transient_error,
-    retry_each,
-)
 from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
+from ferry.kafka.failures import is_transient_error
+from ferry.kafka.groups import active_error, committed_offsets, describe_groups
+from ferry.kafka.retry import checked_future, failed_future, retry_each
+from ferry.keys import TopicPartitionKey
 
 
 def alter_offsets_each(
@@ -34,7 +28,7 @@ def alter_offsets_each(
     """Commit each group's offsets in one request per group (a group is never half written),
     every request in flight at once, then read every group back and compare.
 
-    Retried by `ferry.kafka.admin.retry_each`, but a request that failed on a transient error
+    Retried by `ferry.kafka.retry.retry_each`, but a request that failed on a transient error
     is not simply sent again: the group's offsets are read first (a commit that landed is not
     repeated) and its state is checked again (a consumer may have joined meanwhile). Returns
     group → None (committed and read back) or its error: CommitUnknownError (sent, outcome

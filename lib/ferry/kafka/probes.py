@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ferry.kafka.admin import TopicPartitionKey, list_offsets, watermarks
 from ferry.kafka.cluster import Cluster
+from ferry.kafka.log_offsets import list_offsets, watermarks
 from ferry.kafka.reader import OffsetRange, RangeReader
+from ferry.keys import TopicPartitionKey
 
 
 def first_records_at(

@@ -136,7 +136,7 @@ class RangeReader:
         Ranges of one partition are read in offset order; empty ranges yield nothing."""
         from confluent_kafka import KafkaError, TopicPartition
 
-        from ferry.kafka.admin import is_transient_error
+        from ferry.kafka.failures import is_transient_error
 
         queues: dict[tuple[str, int], deque[OffsetRange]] = {}
         for r in sorted(ranges, key=lambda r: (r.topic, r.partition, r.start, r.end)):

@@ -1,7 +1,7 @@
 """Consumer lag evaluation after LinkedIn Burrow's rules, in plain Python (no Spark).
 
-The one source of truth for the rules: `ferry.lag.history` builds each partition's window from
-the lag history and calls these functions in its grouped Spark evaluation.
+The one source of truth for the rules: `ferry.lag.evaluation` builds each partition's window
+from the lag history and calls these functions in its grouped Spark evaluation.
 
 Written from Burrow's `core/internal/evaluator/caching.go` (`evaluatePartitionStatus`,
 `calculatePartitionStatus`, the `checkIf*` / `isLagAlwaysNotZero` rules and

@@ -7,27 +7,15 @@ record on q that is not in S (the end of what was read when every record is in S
 duplicates of q are the records at or after D_q that are in S — what its consumers will
 receive a second time.
 
-Pure DataFrame transforms:
-
-1. `with_frontier` / `with_partition_frontier`: from the records around each committed
-   offset, the group's frontier per topic: the earliest first-unconsumed (lo) and the latest
-   last-consumed (hi) timestamp, and per source partition its own two.
-2. `with_copies`: every destination record read, identified once for all groups by its
-   identity (SHA-256, timestamp) among the source records read: a **copy** of one source
-   record (p, offset) — a unique identity, or identical records all on one source and one
-   destination partition, matched in offset order (a replicator keeps a partition's order);
-   **special** — identical records over several partitions, or more copies than sources
-   (a replicator's re-sends); or **not found** on the source.
-3. `with_placement`: per group × destination partition, in one pass over the partition's
-   records for every group: each copy is consumed exactly when its source offset is below
-   C_p, so the first unconsumed copy of each source partition is found by a search over its
-   copies ordered by source offset, not a join per group; special records are consumed when
-   all their sources are, not consumed when none are, otherwise unplaced; a record not found
-   on the source is consumed before the group's band, not consumed after it, and unplaced
-   inside it. Unplaced records count as not consumed (no loss, maybe a duplicate more). It
-   also says whether the slice read is enough (`ferry.migrate.frontier`, "enough read").
-4. `with_replication`, `with_missing`: whether the replicator has copied what each group
-   consumed (PENDING until it has).
+`with_placement` finds them per group × destination partition, in one pass over the
+partition's records (identified by `ferry.migrate.copies`) for every group: each copy is
+consumed exactly when its source offset is below C_p, so the first unconsumed copy of each
+source partition is found by a search over its copies ordered by source offset, not a join per
+group; special records are consumed when all their sources are, not consumed when none are,
+otherwise unplaced; a record not found on the source is consumed before the group's band, not
+consumed after it, and unplaced inside it. Unplaced records count as not consumed (no loss,
+maybe a duplicate more). It also says whether the slice read is enough (docs/matching.md,
+"Enough has been read").
 
 Assumes the replicator keeps record timestamps (CreateTime) and each source partition's order,
 and that timestamps on each partition are out of order by less than the matching windows.
@@ -35,29 +23,23 @@ and that timestamps on each partition are out of order by less than the matching
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import partial
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
     IntegerType,
     LongType,
-    MapType,
     StringType,
     StructField,
     StructType,
 )
 
-COPY = "copy"
-SPECIAL = "special"
-NOT_FOUND = "not_found"
+from ferry.migrate.copies import COPIES_COLUMNS, COPY, SPECIAL
 
-IDENTITY = ["sha256", "timestamp_ms"]
 NO_TIME_BEFORE = -(2**62)  # "no last consumed record": older than any timestamp
 NO_TIME_AFTER = 2**62  # "no first unconsumed record": newer than any timestamp
 _END = np.iinfo(np.int64).max
@@ -105,149 +87,6 @@ PLACED_SCHEMA = StructType(
         StructField("is_right_closed", BooleanType(), False),
     ]
 )
-COPIES_COLUMNS = [
-    "dst_topic",
-    "dst_partition",
-    "offset",
-    "timestamp_ms",
-    "kind",
-    "src_partition",
-    "src_offset",
-    "source_partitions",
-    "source_offsets",
-]
-
-
-# -- frontier --------------------------------------------------------------------------------
-
-
-def with_partition_frontier(positions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
-    """Per group × source partition: committed offset, log end, and the last consumed and
-    first unconsumed records read around the committed offset (timestamps; null when there is
-    none, or it was not read).
-
-    positions_df: group, topic, partition, committed_offset, log_end_offset.
-    edges_df: topic, partition, offset, timestamp_ms — at least the records just before and
-    at each committed offset."""
-    p, e = positions_df.alias("p"), edges_df.alias("e")
-    joined = p.join(
-        e,
-        (F.col("p.topic") == F.col("e.topic")) & (F.col("p.partition") == F.col("e.partition")),
-        "left",
-    )
-    is_before = F.col("e.offset") < F.col("p.committed_offset")
-    return joined.groupBy(
-        "p.group", "p.topic", "p.partition", "p.committed_offset", "p.log_end_offset"
-    ).agg(
-        F.max_by(F.col("e.timestamp_ms"), F.when(is_before, F.col("e.offset"))).alias("last_ts"),
-        F.max(F.when(is_before, F.col("e.offset"))).alias("last_offset"),
-        F.min_by(F.col("e.timestamp_ms"), F.when(~is_before, F.col("e.offset"))).alias("next_ts"),
-    )
-
-
-def with_frontier(positions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
-    """Per group × source topic: the earliest first-unconsumed timestamp (`lo_*`) and the
-    latest last-consumed one (`hi_*`), with the partitions they are on.
-
-    A partition with unconsumed records whose first one was not read (a gap) stands in with
-    its last consumed record's timestamp, an earlier bound; with neither it is named in
-    `unknown_partition`."""
-    per_partition = with_partition_frontier(positions_df, edges_df)
-    has_unconsumed = F.col("committed_offset") < F.col("log_end_offset")
-    first_unconsumed_ts = F.when(has_unconsumed, F.coalesce("next_ts", "last_ts"))
-    unknown = has_unconsumed & F.col("next_ts").isNull() & F.col("last_ts").isNull()
-    return (
-        per_partition.groupBy("group", "topic")
-        .agg(
-            F.min_by(
-                F.struct(first_unconsumed_ts.alias("ts"), F.col("partition")), first_unconsumed_ts
-            ).alias("lo"),
-            F.max_by(F.struct(F.col("last_ts").alias("ts"), F.col("partition")), "last_ts").alias(
-                "hi"
-            ),
-            F.min(F.when(unknown, F.col("partition"))).alias("unknown_partition"),
-        )
-        .select(
-            "group",
-            "topic",
-            F.col("lo.ts").alias("lo_timestamp_ms"),
-            F.col("lo.partition").alias("lo_partition"),
-            F.col("hi.ts").alias("hi_timestamp_ms"),
-            F.col("hi.partition").alias("hi_partition"),
-            "unknown_partition",
-        )
-    )
-
-
-# -- identification (every group at once) ------------------------------------------------------
-
-
-def with_copies(
-    dst_records_df: DataFrame, src_records_df: DataFrame, destination_topics: Mapping[str, str]
-) -> DataFrame:
-    """Every destination record read, identified among the source records read (see the
-    module docstring): `kind` copy / special / not_found; a copy's `src_partition` and
-    `src_offset`; a special record's sources (`source_partitions`, `source_offsets`).
-
-    Records of both sides: topic, partition, offset, timestamp_ms, sha256.
-    `destination_topics`: source topic → destination topic."""
-    pairs = [F.lit(x) for kv in sorted(destination_topics.items()) for x in kv]
-    no_topics = F.create_map().cast(MapType(StringType(), StringType()))
-    to_destination = F.create_map(*pairs) if pairs else no_topics
-    per_identity = (
-        src_records_df.select(
-            to_destination[F.col("topic")].alias("dst_topic"), "partition", "offset", *IDENTITY
-        )
-        .groupBy("dst_topic", *IDENTITY)
-        .agg(
-            F.count("*").alias("n"),
-            (F.min("partition") == F.max("partition")).alias("is_one_source_partition"),
-            F.array_sort(F.collect_list(F.struct("offset", "partition"))).alias("sources"),
-        )
-    )
-    identity = Window.partitionBy("topic", *IDENTITY)
-    counted = dst_records_df.select(
-        F.col("topic").alias("dst_topic"),
-        F.col("partition").alias("dst_partition"),
-        "offset",
-        *IDENTITY,
-        F.count("*").over(identity).alias("m"),
-        (F.min("partition").over(identity) == F.max("partition").over(identity)).alias(
-            "is_one_destination_partition"
-        ),
-        F.row_number().over(identity.orderBy("partition", "offset")).alias("occurrence"),
-    )
-    joined = counted.join(per_identity, ["dst_topic", *IDENTITY], "left")
-    # Identical records are told apart by order only when every source record and every copy
-    # of them was read: as many copies as sources, one partition each side.
-    is_copy = (
-        F.col("is_one_source_partition")
-        & F.col("is_one_destination_partition")
-        & (F.col("m") == F.col("n"))
-    )
-    kind = (
-        F.when(F.col("n").isNull(), F.lit(NOT_FOUND))
-        .when(is_copy, F.lit(COPY))
-        .otherwise(F.lit(SPECIAL))
-    )
-    source = F.element_at("sources", F.col("occurrence").cast(IntegerType()))
-    is_special = F.col("n").isNotNull() & ~is_copy
-    return joined.select(
-        "dst_topic",
-        "dst_partition",
-        "offset",
-        "timestamp_ms",
-        kind.alias("kind"),
-        F.when(is_copy, source["partition"]).alias("src_partition"),
-        F.when(is_copy, source["offset"]).alias("src_offset"),
-        F.when(is_special, F.transform("sources", lambda s: s["partition"])).alias(
-            "source_partitions"
-        ),
-        F.when(is_special, F.transform("sources", lambda s: s["offset"])).alias("source_offsets"),
-    )
-
-
-# -- placement (one pass per destination partition, every group) ------------------------------
 
 
 def with_placement(
@@ -342,7 +181,7 @@ def _place_partition(
             # every copy of p before it is of an older record; (c) any unconsumed copy of p
             # closes the right side: every copy of p after it is of a later, unconsumed record
             # (p's order), whatever its timestamp. The right side moves no D_q, it only ends
-            # the count of duplicates (`ferry.migrate.frontier`, "enough read").
+            # the count of duplicates (docs/matching.md, "Enough has been read").
             seen_old = (j > ja) & (_at(stamps, ja, NO_TIME_AFTER) < lo)
             seen_new = j < jb
         else:
@@ -455,54 +294,3 @@ def _others(
             )
         out[int(g)] = (off[part], states)
     return out
-
-
-# -- what was read, and PENDING ----------------------------------------------------------------
-
-
-def with_needed_times(dst_records_df: DataFrame, slices_df: DataFrame) -> DataFrame:
-    """Per frontier: the earliest and latest timestamp of the destination records read in its
-    slices and inside its band — what the source must be read for to identify them.
-
-    slices_df: frontier (int), dst_topic, dst_partition, slice_start, slice_end, band_lo_ms,
-    band_hi_ms."""
-    r, s = dst_records_df, F.broadcast(slices_df)
-    joined = r.join(
-        s,
-        (r["topic"] == s["dst_topic"])
-        & (r["partition"] == s["dst_partition"])
-        & (r["offset"] >= s["slice_start"])
-        & (r["offset"] < s["slice_end"]),
-    ).filter(r["timestamp_ms"].between(s["band_lo_ms"], s["band_hi_ms"]))
-    return joined.groupBy("frontier").agg(
-        F.min(r["timestamp_ms"]).alias("earliest_ms"), F.max(r["timestamp_ms"]).alias("latest_ms")
-    )
-
-
-def with_replication(copies_df: DataFrame) -> DataFrame:
-    """Per destination topic and source partition: the newest source offset a copy was read
-    of (`src_partition` null: records that are not copies), and the newest timestamp read."""
-    return copies_df.groupBy("dst_topic", "src_partition").agg(
-        F.max(F.when(F.col("kind") == COPY, F.col("src_offset"))).alias("max_copied_offset"),
-        F.max("timestamp_ms").alias("newest_ms"),
-    )
-
-
-def _between(offset: Column) -> Column:
-    return (offset > F.col("after_offset")) & (offset < F.col("committed_offset"))
-
-
-def with_missing(src_records_df: DataFrame, pending_df: DataFrame) -> DataFrame:
-    """Per group and source topic: consumed records of the band the replicator has not copied
-    yet — on each source partition whose copies read stop at `after_offset`, the records read
-    after it, before the committed offset and inside the band.
-
-    pending_df: group, topic, partition, after_offset, committed_offset, band_lo_ms."""
-    records = src_records_df.select("topic", "partition", "offset", "timestamp_ms").distinct()
-    return (
-        records.join(F.broadcast(pending_df), ["topic", "partition"])
-        .filter(_between(F.col("offset")) & (F.col("timestamp_ms") >= F.col("band_lo_ms")))
-        .groupBy("group", "topic")
-        .agg(F.count("*").alias("missing"))
-        .select("group", "topic", "missing")
-    )

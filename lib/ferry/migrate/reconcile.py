@@ -6,7 +6,7 @@ Reads, every group of a topic sharing them:
 1. the source records just before and at every committed offset: each group's frontier, from
    its earliest first-unconsumed record (lo) to its latest last-consumed one (hi);
 2. around each frontier, on every destination partition and then on every source partition,
-   as much as it takes to place the frontier's records (`ferry.migrate.frontier`: narrow
+   as much as it takes to place the frontier's records (`ferry.migrate.frontier_read`: narrow
    first, or the whole band [min(lo, hi) − window_before_ms, max(lo, hi) + window_after_ms]
    with `matching.search: full`).
 A group whose consumed and unconsumed records interleave over more than `matching.max_band_ms`
@@ -26,10 +26,10 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from ferry.config import FerryConfig
 from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
-from ferry.migrate import placement
 from ferry.migrate.discover import Discovery
 from ferry.migrate.extract import read_records, union_records
-from ferry.migrate.frontier import GroupFrontier, reconcile_frontiers
+from ferry.migrate.frontier import GroupFrontier, with_frontier, with_partition_frontier
+from ferry.migrate.frontier_read import reconcile_frontiers
 from ferry.migrate.matching import plan_row
 from ferry.migrate.ranges import RangeBook
 from ferry.session import local_df
@@ -157,9 +157,9 @@ def _frontiers(spark, src, disc, cfg, positions, positions_df, progress):  # noq
         "committed offsets"
     )
     edges_df = read_records(spark, src, ranges, cfg) if ranges else union_records(spark, [])
-    frontier = placement.with_frontier(positions_df, edges_df).collect()
+    frontier = with_frontier(positions_df, edges_df).collect()
     per_partition: dict[tuple[str, str], dict[int, object]] = defaultdict(dict)
-    for r in placement.with_partition_frontier(positions_df, edges_df).collect():
+    for r in with_partition_frontier(positions_df, edges_df).collect():
         per_partition[(r.group, r.topic)][r.partition] = r
     groups: list[GroupFrontier] = []
     problems: dict[tuple[str, str], tuple[str, str]] = {}

@@ -5,7 +5,8 @@ Tables (any may be missing; a missing one is a panel saying so, never an error):
 - the migration ledger (`ledger.path`, `ferry.write.ledger.LEDGER_SCHEMA`);
 - the lag history (`history.path`, `ferry.lag.history.HISTORY_SCHEMA`) and the evaluated
   statuses (`history.status_path`, `ferry.lag.history.STATUS_SCHEMA`);
-- the decoded offset commits (`offsets.commits_path`, `ferry.offsets_topic.OFFSET_COMMITS_SCHEMA`);
+- the decoded offset commits (`offsets.commits_path`,
+  `ferry.offsets_topic.tables.OFFSET_COMMITS_SCHEMA`);
 - the audits (`audit.path`: one row per audit run × group × partition with `verdict` and
   `difference` = committed − exact offset, in records).
 

@@ -67,7 +67,7 @@ def _create(admin, new: list, timeout_s: float = 30) -> None:  # noqa: ANN001
     can drop the request's connection); a topic the lost attempt did create counts."""
     from confluent_kafka import KafkaError
 
-    from ferry.kafka.admin import is_transient
+    from ferry.kafka.failures import is_transient
 
     deadline = time.monotonic() + timeout_s
     pending, attempt = list(new), 0
@@ -235,7 +235,7 @@ def commit_offsets(
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from ferry.kafka.admin import is_transient_error
+    from ferry.kafka.failures import is_transient_error
 
     admin = AdminClient(dict(config))
     request = ConsumerGroupTopicPartitions(

@@ -1,0 +1,145 @@
+"""Consumer groups in bulk: list, describe (state, protocol, members), committed offsets,
+delete; and the refusal to move an active group. Every call is retried as every admin call
+(`ferry.kafka.retry`); with `errors=`, one group that cannot be described or read does not
+fail the others."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ferry.kafka.cluster import Cluster, ClusterError
+from ferry.kafka.failures import short_reason
+from ferry.kafka.retry import checked_future, gather_into, gather_one
+from ferry.keys import TopicPartitionKey
+from ferry.status import GroupState
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    group: str
+    state: GroupState
+    protocol_type: str | None = None
+    members: tuple[dict, ...] = field(default_factory=tuple)
+
+
+def list_groups(cluster: Cluster) -> list[str]:
+    """All consumer group ids the cluster knows."""
+
+    def complete(result):  # noqa: ANN001, ANN202 - a ListConsumerGroupsResult
+        # A broker that could not be asked is in `errors`, not raised: after a dropped
+        # connection the answer would be an empty (or partial) list of groups.
+        if result.errors:
+            from confluent_kafka import KafkaException
+
+            raise KafkaException(result.errors[0])
+        return result
+
+    result = gather_one(
+        cluster,
+        "list consumer groups",
+        lambda admin: checked_future(
+            admin.list_consumer_groups(request_timeout=cluster.attempt_s), complete
+        ),
+    )
+    return sorted({g.group_id for g in result.valid})  # type: ignore[attr-defined]
+
+
+def describe_groups(
+    cluster: Cluster, groups: Sequence[str], errors: dict[str, ClusterError] | None = None
+) -> dict[str, GroupInfo]:
+    """State, protocol type and members of each group, all groups in one request (librdkafka
+    asks ConsumerGroupDescribe, falling back to DescribeGroups, so groups of both protocols are
+    described with their members). With `errors`, a group that cannot be described goes there
+    (and not into the answer) instead of failing the call."""
+    if not groups:
+        return {}
+    answers = gather_into(
+        cluster,
+        lambda g: f"describe group {g}",
+        list(groups),
+        lambda admin, keys: admin.describe_consumer_groups(keys, request_timeout=cluster.attempt_s),
+        errors,
+    )
+    out: dict[str, GroupInfo] = {}
+    for group, desc in answers.items():
+        state = GroupState.parse(getattr(desc.state, "name", str(desc.state)))
+        members = tuple(
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "host": m.host,
+                "group_instance_id": getattr(m, "group_instance_id", None),
+                "assignment": sorted(
+                    (tp.topic, tp.partition)
+                    for tp in (m.assignment.topic_partitions if m.assignment else [])
+                ),
+            }
+            for m in desc.members or []
+        )
+        ptype = getattr(desc, "protocol_type", None)
+        if ptype is None:
+            ptype = "consumer" if getattr(desc, "is_simple_consumer_group", False) is False else ""
+        out[group] = GroupInfo(group, state, ptype, members)
+    return out
+
+
+def committed_offsets(
+    cluster: Cluster, groups: Sequence[str], errors: dict[str, ClusterError] | None = None
+) -> dict[str, dict[TopicPartitionKey, int]]:
+    """Each group's committed offsets (partitions without a commit are left out). Every
+    group's request is sent before any answer is awaited (the client takes one group per
+    OffsetFetch). With `errors`, as `describe_groups`."""
+    if not groups:
+        return {}
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    def submit(admin, keys):  # noqa: ANN001, ANN202
+        return {
+            g: admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=cluster.attempt_s
+            )[g]
+            for g in keys
+        }
+
+    answers = gather_into(
+        cluster, lambda g: f"fetch committed offsets of group {g}", list(groups), submit, errors
+    )
+    return {
+        group: {
+            (tp.topic, tp.partition): tp.offset
+            for tp in answer.topic_partitions  # type: ignore[attr-defined]
+            if tp.offset is not None and tp.offset >= 0 and tp.error is None
+        }
+        for group, answer in answers.items()
+    }
+
+
+class GroupActiveError(ClusterError):
+    """A group has members (or is rebalancing); Ferry never moves an active group."""
+
+
+def active_error(cluster: Cluster, info: GroupInfo) -> GroupActiveError:
+    return GroupActiveError(
+        f"{cluster.name}: group {info.group} is {info.state.title}, not Empty or Dead; refused"
+    )
+
+
+def delete_groups(cluster: Cluster, groups: Sequence[str]) -> dict[str, str | None]:
+    """Delete groups in one request; returns group → error text (None when deleted)."""
+    if not groups:
+        return {}
+    errors: dict[str, ClusterError] = {}
+    gather_into(
+        cluster,
+        lambda g: f"delete group {g}",
+        list(groups),
+        lambda admin, keys: admin.delete_consumer_groups(keys, request_timeout=cluster.attempt_s),
+        errors,
+    )
+    return {
+        g: None
+        if g not in errors
+        else (short_reason(errors[g].__cause__) if errors[g].__cause__ else str(errors[g]))
+        for g in groups
+    }
