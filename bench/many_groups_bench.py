@@ -116,6 +116,7 @@ def run_job(args: list[str], out: Path) -> tuple[int, float, float, str]:
         sampler.start()
         _, err = proc.communicate()
         sampler.join()
+    out.with_suffix(".stderr").write_text(err)  # the job's timestamped progress
     tail = "\n".join(err.strip().splitlines()[-3:])
     return proc.returncode, time.monotonic() - t0, peak[0] / 2**20, tail
 
@@ -187,6 +188,7 @@ def main() -> int:
     ok = True
     with local_brokers("many-src", "many-dst") as (src, dst):
         t0 = time.monotonic()
+        work = Path(tempfile.mkdtemp(prefix="ferry-many-groups-"))
         topics = dict.fromkeys(TOPICS, PARTITIONS)
         create_topics(src.config, topics)
         create_topics(dst.config, topics)
@@ -195,8 +197,8 @@ def main() -> int:
         worlds = {n: make_groups(n, f"mg{n}") for n in sizes}
         for groups in worlds.values():
             commit_all(src_c, groups)
-        print(f"world built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
-        work = Path(tempfile.mkdtemp(prefix="ferry-many-groups-"))
+        print(f"world built in {time.monotonic() - t0:.0f}s; runs' progress in {work}/*.stderr",
+              file=sys.stderr)  # fmt: skip
         results: dict[int, dict[str, tuple[float, float]]] = {}
         for n in sizes:
             groups = worlds[n]
@@ -208,7 +210,7 @@ def main() -> int:
                 f"groups:\n  include: ['mg{n}-.*']\n"
                 f"ledger:\n  path: {work / f'ledger-{n}'}\n"
             )
-            base = ["--config", str(config), "-o", "json", "--quiet"]
+            base = ["--config", str(config), "-o", "json"]
             positions = len({(t, p, o) for offs in groups.values() for (t, p), o in offs.items()})
             floor = raw_floor(src_c, dst_c, f"mg{n}-")
             results[n] = {"floor": (floor, 0.0)}

@@ -44,18 +44,30 @@ def append_rows(
     path: str,
     metadata: Mapping[str, str] | None = None,
 ) -> str:
-    """Append plain rows (dicts keyed by `schema`'s names). Without the jars no Spark job runs:
-    the rows go to Arrow on the driver, which keeps a small append (one ledger outcome) cheap."""
+    """Append plain rows (dicts keyed by `schema`'s names); see `append_columns`."""
+    columns = {c: [r.get(c) for r in rows] for c in schema.fieldNames()}
+    return append_columns(spark, columns, schema, path, metadata)
+
+
+def append_columns(
+    spark: SparkSession,
+    columns: Mapping[str, list],
+    schema: StructType,
+    path: str,
+    metadata: Mapping[str, str] | None = None,
+) -> str:
+    """Append rows given column by column (a list per `schema` name, all of one length).
+    Without the jars no Spark job runs: the columns go to Arrow on the driver (column-wise:
+    8x faster than rows), which keeps a small append (one ledger outcome) cheap."""
     names = schema.fieldNames()
     if has_delta_jars(spark):
-        df = spark.createDataFrame([tuple(r.get(c) for c in names) for r in rows], schema)
+        df = spark.createDataFrame(list(zip(*(columns[c] for c in names), strict=True)), schema)
         return append(spark, df, path, metadata)
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    columns = {c: [r.get(c) for r in rows] for c in names}  # column-wise: 8x faster than rows
-    table = pa.Table.from_pydict(columns, arrow_schema)
+    table = pa.Table.from_pydict({c: columns[c] for c in names}, arrow_schema)
     return _append_arrow(table, path, metadata)
 
 
@@ -69,9 +81,7 @@ def _append_arrow(table, path: str, metadata: Mapping[str, str] | None) -> str: 
         if metadata
         else None
     )
-    write_deltalake(
-        path, table, mode="append", schema_mode="merge", commit_properties=properties
-    )
+    write_deltalake(path, table, mode="append", schema_mode="merge", commit_properties=properties)
     return "deltalake"
 
 

@@ -30,6 +30,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+WRITE_ROWS = 2000  # rows per write of streamed output
+
+
+def _plain_row(row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:
+    """`columns` of `row` as `_plain` gives them (scalars as they are: one call per row, not
+    one per value, for 640,000-row outputs)."""
+    out = {}
+    for c in columns:
+        v = row.get(c)
+        out[c] = v if type(v) in _SCALARS else _plain(v)
+    return out
+
+
 def render(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> str:
     """Rows as an aligned table, a JSON array, or CSV with a header."""
     data = [{c: _plain(r.get(c)) for c in columns} for r in rows]
@@ -92,11 +105,18 @@ def emit_rows(
         for r in make_rows():
             writer.writerow({c: _plain(r.get(c)) for c in columns})
     else:
-        sep = "[\n  "
+        encode = json.JSONEncoder(default=str).encode
+        chunk: list[str] = []
+        n = 0
         for r in make_rows():
-            out.write(sep + json.dumps({c: _plain(r.get(c)) for c in columns}, default=str))
-            sep = ",\n  "
-        out.write("[]\n" if sep == "[\n  " else "\n]\n")
+            chunk.append(encode(_plain_row(r, columns)))
+            if len(chunk) == WRITE_ROWS:  # one write per chunk: a write per row cost seconds
+                out.write(("[\n  " if not n else ",\n  ") + ",\n  ".join(chunk))
+                n, chunk = n + len(chunk), []
+        if chunk:
+            out.write(("[\n  " if not n else ",\n  ") + ",\n  ".join(chunk))
+            n += len(chunk)
+        out.write("\n]\n" if n else "[]\n")
     out.flush()
 
 

@@ -98,7 +98,7 @@ def test_lost_outcome_stops_the_run_and_keeps_a_way_back(clusters, tmp_path, uni
     commit_offsets(dst.config, g1, before)
     config = write_config(tmp_path, src, dst, unique)
 
-    real_append = delta.append_rows
+    real_append = delta.append_columns
     calls = []
 
     def failing_after_intent(*args, **kwargs):  # the first outcome cannot be written
@@ -107,11 +107,11 @@ def test_lost_outcome_stops_the_run_and_keeps_a_way_back(clusters, tmp_path, uni
             raise OSError("No space left on device")
         return real_append(*args, **kwargs)
 
-    monkeypatch.setattr(delta, "append_rows", failing_after_intent)
+    monkeypatch.setattr(delta, "append_columns", failing_after_intent)
     result = run_job(
         "migrate", "--config", config, "--execute", "--quiet", "--set", "admin.batch_groups=2"
     )
-    monkeypatch.setattr(delta, "append_rows", real_append)
+    monkeypatch.setattr(delta, "append_columns", real_append)
     assert calls == ["intent", "outcome"]
     assert result.code == 1
     assert committed(dst, g1) == expected[g1] and committed(dst, g2) == expected[g2]

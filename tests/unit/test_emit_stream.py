@@ -45,3 +45,9 @@ def test_json_document_parses_as_the_buffered_one(rows):
     streamed = _out(cli.emit_json_document, head, {k: iter(v) for k, v in lists.items()})
     assert json.loads(streamed) == json.loads(_out(cli.emit_json, {**head, **lists}))
     assert streamed.count("\n") >= len(rows)  # an item per line, not one long line
+
+
+def test_json_rows_written_in_chunks_are_one_array():
+    rows = [{"group": f"g{i}", "offset": i} for i in range(2 * 2000 + 1)]  # across chunk ends
+    text = _out(cli.emit_rows, lambda: iter(rows), ["group", "offset"], "json")
+    assert text == _out(cli.emit, rows, ["group", "offset"], "json")

@@ -47,7 +47,7 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
             status, note = plan.group_notes[group]
             out[group] = GroupDecision(group, status, note, {})
             continue
-        rows = plan.rows_of(group)
+        rows = plan.shared_rows_of(group)
         unresolved = [r for r in rows if not r["is_resolved"]]
         if unresolved:
             bad = sorted({r["status"] for r in unresolved})
@@ -60,11 +60,11 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
             out[group] = GroupDecision(group, status, message, {})
             continue
         targets = {(r["dst_topic"], r["dst_partition"]): r["destination_offset"] for r in rows}
-        previous = {
-            (r["dst_topic"], r["dst_partition"]): r["previous_offset"]
-            for r in rows
-            if r["previous_offset"] is not None
-        }
+        now = plan.previous.get(group, {})
+        previous = {tp: now[tp] for tp in targets if tp in now}
+        for r in plan.extra.get(group, []):  # rows made with their own previous offset
+            if r.get("previous_offset") is not None:
+                previous[(r["dst_topic"], r["dst_partition"])] = r["previous_offset"]
         decision, reason = rules.forward_decision(targets, previous, allow_rewind)
         if decision == rules.DECISION_ALREADY:
             out[group] = GroupDecision(

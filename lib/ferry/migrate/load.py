@@ -47,25 +47,30 @@ def ledger_rows(plan: Plan, decisions: Mapping[str, GroupDecision], dst: Cluster
     """One ledger row per plan row, group by group: the partition's match, and the group's
     decision (status and why) in `message`."""
     for group in plan.groups():
-        yield from group_ledger_rows(plan.rows_of(group), decisions[group], dst)
+        yield from group_ledger_rows(plan, group, decisions[group], dst)
 
 
-def group_ledger_rows(rows: list[dict], decision: GroupDecision, dst: Cluster) -> list[dict]:
+def group_ledger_rows(plan: Plan, group: str, decision: GroupDecision, dst: Cluster) -> list[dict]:
+    """The group's ledger rows, read from the plan's shared rows (no plan row is copied)."""
+    cluster = dst.conf.get("bootstrap.servers")
+    previous = plan.previous.get(group, {})
+    message = str(decision.status) + (f": {decision.message}" if decision.message else "")
     out = []
-    for r in rows:
+    for r in plan.shared_rows_of(group):
         ts = r["anchor_timestamp_ms"]
-        why = r.get("note") or decision.message
+        tp = (r["dst_topic"], r["dst_partition"])
+        note, before = r.get("note"), r.get("previous_offset")
         out.append(
             {
-                "cluster": dst.conf.get("bootstrap.servers"),
-                "group": r["group"],
-                "source_group": r["group"],
+                "cluster": cluster,
+                "group": group,
+                "source_group": group,
                 "source_topic": r["src_topic"],
                 "source_partition": r["src_partition"],
                 "source_offset": r["committed_offset"],
-                "topic": r["dst_topic"],
-                "partition": r["dst_partition"],
-                "previous_offset": r["previous_offset"],
+                "topic": tp[0],
+                "partition": tp[1],
+                "previous_offset": previous.get(tp) if before is None else before,
                 "new_offset": r["destination_offset"],
                 "status": r["status"],
                 "anchor_kind": r["anchor_kind"],
@@ -75,7 +80,7 @@ def group_ledger_rows(rows: list[dict], decision: GroupDecision, dst: Cluster) -
                 else datetime.fromtimestamp(ts / 1000, tz=timezone.utc),
                 "anchor_sha256": r["anchor_sha256"],
                 "candidate_count": r["candidate_count"],
-                "message": decision.status + (f": {why}" if why else ""),
+                "message": f"{decision.status}: {note}" if note else message,
             }
         )
     return out
@@ -135,8 +140,9 @@ def output_rows(
     `dry_run_differences`) is given."""
     for group in plan.groups():
         decision = decisions[group]
+        status = str(decision.status)  # a plain str: the encoder's fast path
         for row in plan.rows_of(group):
-            row["group_status"] = decision.status
+            row["group_status"] = status
             if decision.status == GroupStatus.ALREADY_MIGRATED and counts is not None:
                 with_difference(row, counts)
             yield row
@@ -157,7 +163,7 @@ def commit_groups(
     they are appended."""
 
     def rows_of(group: str) -> Callable[[], list[dict]]:
-        return lambda: group_ledger_rows(plan.rows_of(group), decisions[group], dst)
+        return lambda: group_ledger_rows(plan, group, decisions[group], dst)
 
     writes = [
         commit.GroupWrite(d.group, d.offsets, rows_of(d.group), allow_rewind=allow_rewind)
@@ -168,7 +174,7 @@ def commit_groups(
         r
         for g in plan.groups()
         if not decisions[g].is_write
-        for r in group_ledger_rows(plan.rows_of(g), decisions[g], dst)
+        for r in group_ledger_rows(plan, g, decisions[g], dst)
     )
     outcomes = commit.execute_writes(dst, writes, kept, ledger, lease_ms, progress, batch_groups)
     for group, outcome in outcomes.items():

@@ -115,22 +115,15 @@ class Ledger:
         self.run_time = datetime.now(timezone.utc)
         self.writer: str | None = None
 
-    def full_rows(self, rows: Iterable[Mapping], phase: str) -> list[dict]:
-        now = datetime.now(timezone.utc)
-        return [
-            {
-                **{c: None for c in LEDGER_COLUMNS},
-                "is_committed": False,
-                "phase": phase,
-                **dict(r),
-                "run_id": self.run_id,
-                "run_time": self.run_time,
-                "action": self.action,
-                "is_executed": self.is_executed,
-                "row_time": now,
-            }
-            for r in rows
-        ]
+    def _run_values(self) -> dict:
+        """What every row this run appends now carries (whatever the row says)."""
+        return {
+            "run_id": self.run_id,
+            "run_time": self.run_time,
+            "action": self.action,
+            "is_executed": self.is_executed,
+            "row_time": datetime.now(timezone.utc),
+        }
 
     def append(self, rows: Iterable[Mapping], phase: str) -> str:
         """Append rows, of `phase` unless a row names its own, in Delta commits of at most
@@ -139,16 +132,25 @@ class Ledger:
         appended before any cluster is written, and claims order runs by their last one."""
         wrote = False
         for batch in batched(rows, BATCH_ROWS):
-            self._append_batch(self.full_rows(batch, phase), phase)
+            self._append_batch(batch, phase)
             wrote = True
         if not wrote:
             self.writer = self.writer or delta.writer_name(self.spark)
         return self.writer or delta.writer_name(self.spark)
 
-    def _append_batch(self, full: list[dict], phase: str) -> None:
+    def _append_batch(self, rows: list[Mapping], phase: str) -> None:
+        """One commit of every ledger column: the row's values over the defaults, this run's
+        values over both — built column by column (a dict per ledger row cost more than
+        writing them)."""
+        run = self._run_values()
+        defaults = {"is_committed": False, "phase": phase}
+        columns = {
+            c: [run[c]] * len(rows) if c in run else [r.get(c, defaults.get(c)) for r in rows]
+            for c in LEDGER_COLUMNS
+        }
         meta = {"ferry.run_id": self.run_id, "ferry.phase": phase}
         try:
-            self.writer = delta.append_rows(self.spark, full, LEDGER_SCHEMA, self.path, meta)
+            self.writer = delta.append_columns(self.spark, columns, LEDGER_SCHEMA, self.path, meta)
         except Exception as exc:  # noqa: BLE001 - any storage failure is the same to the user
             raise LedgerError(f"cannot append to ledger {self.path}: {_reason(exc)}") from exc
 
