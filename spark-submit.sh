@@ -116,9 +116,7 @@ mkdir -p "$ROOT/build"
 LIB_ZIP="$ROOT/build/ferry-lib.zip"
 if [ ! -f "$LIB_ZIP" ] || [ -n "$(find "$ROOT/lib/ferry" -name __pycache__ -prune -o \
     \( -name '*.py' -o -type d \) -newer "$LIB_ZIP" -print -quit)" ]; then
-  # as a module: run as a script, lib/ferry would come first on sys.path, and ferry/types.py
-  # would shadow the standard library's types
-  PYTHONPATH="$ROOT/lib" "$PY" -m ferry.packaging lib
+  "$PY" "$ROOT/lib/ferry/packaging.py" lib
 fi
 
 ENVS=()       # NAME=VALUE for spark-submit's environment
