@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from ferry.types import TopicPartitionKey
+from ferry.keys import TopicPartitionKey
 
 SPECS = (
     "to_earliest",

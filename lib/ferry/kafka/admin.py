@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ferry.kafka.cluster import Cluster, ClusterError, ClusterRefusedError
+from ferry.keys import TopicPartitionKey  # noqa: F401 - re-exported
 from ferry.status import GroupState
-from ferry.types import TopicPartitionKey  # noqa: F401 - re-exported
 
 OFFSET_INVALID = -1001  # librdkafka's "no offset"
 
