@@ -41,6 +41,11 @@ LOCAL_DEFAULTS = {
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # A local master's tasks run in the driver's own JVM, and Spark ends an executor's JVM
+    # (exit code 52) when a task runs out of memory: the driver went with it, and the job
+    # ended in a Py4J error and code 52. Checking no depth for fatal errors, the task fails,
+    # the job is aborted naming the OutOfMemoryError, and the job says so (ferry.cli).
+    "spark.executor.killOnFatalError.depth": "0",
 }
 
 
