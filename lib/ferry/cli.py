@@ -21,7 +21,15 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, ConfigError, UsageError, one_line
+from ferry.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    EXIT_USAGE,
+    WRAPPED_ERROR,
+    ConfigError,
+    UsageError,
+    one_line,
+)
 from ferry.groups.selection import check_regex  # noqa: F401 - re-exported for the jobs
 from ferry.output import (  # noqa: F401 - re-exported for the jobs
     emit,
@@ -282,7 +290,7 @@ def spark_failure(exc: BaseException) -> str | None:
             "Spark's driver JVM stopped during the run (why: its log file); if it ran out of "
             f"memory, {_RAISE['driver']}, {_FEWER_GROUPS}"
         )
-    if _WRAPPED.search(text):
+    if WRAPPED_ERROR.search(text):
         return None  # an error of Ferry's own, raised in a task: one_line digs it out
     if lost:
         return f"a Spark task failed{stage} on executor {executor}: {_first_line(lost['cause'])}"

@@ -45,7 +45,7 @@ class ClusterRefusedError(ClusterError, ConfigError):
 
 
 # Our errors as Spark's wrapped exceptions (a Python worker's traceback, a Py4J error) quote them.
-_WRAPPED = re.compile(
+WRAPPED_ERROR = re.compile(
     r"(?:KafkaReadError|ClusterError|FerryError|OffsetsDecodeError|ConfigError)"
     r": (?P<msg>[^\n]+)"
 )
@@ -56,7 +56,7 @@ def one_line(exc: BaseException) -> str:
     """The message a user needs; digs our own errors out of Spark's wrapped exceptions, and
     the first named cause out of a bare Java one ("An error occurred while calling o83.count.")."""
     text = str(exc)
-    match = _WRAPPED.search(text)
+    match = WRAPPED_ERROR.search(text)
     if match:
         return match.group("msg").strip()
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
