@@ -265,6 +265,17 @@ fi
 # progress and errors into `-o json` output. After exec this shell's pid is the JVM's, the
 # driver's parent: the driver writes its stderr to the JVM's own stderr through /proc (lib/ferry/cli.py).
 [ -e "/proc/$$/fd/2" ] && export FERRY_STDERR_OF_PID="$$"
+# A Java stack trace on the console is never Ferry's word: a JVM thread that dies uncaught (Py4J's
+# reader out of memory, say) prints one beside the job's one-line error, which names the log
+# file. Its lines go to that file; every other line of stderr (the JVM's own start-up errors
+# included) reaches the console as before. --verbose keeps the console untouched.
+if [ "$VERBOSE" = 0 ]; then
+  exec 2> >(awk -v logfile="$LOG_FILE" '
+    /^Exception in thread "|^\tat |^Caused by: |^\tSuppressed: |^\t\.\.\. [0-9]+ more/ {
+      print >> logfile; fflush(logfile); next
+    }
+    { print; fflush() }' >&2)
+fi
 for e in "${ENVS[@]}"; do export "${e?}"; done
 [ -z "$RUN_DIR" ] || cd "$RUN_DIR"
 exec "${CMD[@]}"
