@@ -39,7 +39,7 @@ from groups_bench import REPLICATED_FROM, TOPIC, commit_all, make_groups, produc
 from ferry import audit as audit_stages  # noqa: E402
 from ferry import migrate as migrate_stages  # noqa: E402
 from ferry.cli import run  # noqa: E402
-from ferry.kafka.admin import Cluster  # noqa: E402
+from ferry.kafka.cluster import Cluster  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
 from ferry.testing.produce import create_topics  # noqa: E402
 

@@ -38,7 +38,7 @@ from world import BulkProducer, commit_all  # noqa: E402, F401 - commit_all for 
 from ferry import kafka  # noqa: E402
 from ferry import migrate as migrate_stages  # noqa: E402
 from ferry.cli import run  # noqa: E402
-from ferry.kafka.admin import Cluster  # noqa: E402
+from ferry.kafka.cluster import Cluster  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
 from ferry.testing.produce import create_topics  # noqa: E402
 

@@ -35,7 +35,7 @@ from sequential_baseline import raw_read, sequential_migrate  # noqa: E402
 from world import BulkProducer  # noqa: E402
 
 from ferry.cli import run  # noqa: E402
-from ferry.kafka.admin import Cluster  # noqa: E402
+from ferry.kafka.cluster import Cluster  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
 from ferry.testing.produce import commit_offsets, create_topics  # noqa: E402
 

@@ -42,7 +42,6 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     parser.add_argument(
         "--group", metavar="REGEX", help="only groups whose id also fully matches REGEX"
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser.parse_args(argv)
 
 

@@ -36,6 +36,7 @@ from ferry.cli import (
     add_common_arguments,
     emit,
     exit_process,
+    print_summary,
     run,
 )
 from ferry.config import load_config, require
@@ -59,7 +60,6 @@ def parse_args(argv: list[str]):  # noqa: ANN201
         default="earliest",
         help="every record (default), or only the latest per key as compaction keeps it",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser.parse_args(argv)
 
 
@@ -129,10 +129,10 @@ def main(argv: list[str]) -> int:
             " (kind = malformed, column reason says why)",
             file=sys.stderr,
         )
-    print(
+    print_summary(
         f"{sum(r['records'] for r in rows)} records of {args.topic} decoded "
         f"({args.read_from}); run {run_id}; written via {', '.join(sorted(writers))}",
-        file=sys.stdout if args.output == "table" else sys.stderr,
+        args.output,
     )
     return EXIT_OK
 

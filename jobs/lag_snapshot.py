@@ -33,7 +33,6 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     parser = ArgumentParser(prog="lag-snapshot", description=__doc__.split("\n\n")[0])
     add_common_arguments(parser, output=False)
     parser.add_argument("--group", metavar="REGEX", help="only groups whose id fully matches")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser.parse_args(argv)
 
 

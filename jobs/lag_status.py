@@ -17,10 +17,7 @@ config errors.
 
 from __future__ import annotations
 
-import re
-import sys
 import time
-from collections import Counter
 
 from ferry import delta
 from ferry.cli import (
@@ -28,39 +25,15 @@ from ferry.cli import (
     Progress,
     add_common_arguments,
     check_regex,
-    emit,
-    emit_json,
     exit_process,
+    parse_time,
+    print_summary,
     run,
 )
 from ferry.config import load_config, require
 from ferry.errors import EXIT_OK, FerryError, UsageError
-from ferry.groups import reset
-from ferry.lag import burrow, evaluation, history
+from ferry.lag import evaluation, history, report
 from ferry.session import build_session
-
-PARTITION_COLUMNS = [
-    "group",
-    "topic",
-    "partition",
-    "status",
-    "current_lag",
-    "complete",
-    "start_offset",
-    "end_offset",
-    "end_committed_at",
-    "owner",
-]
-GROUP_COLUMNS = [
-    "cluster",
-    "group",
-    "status",
-    "complete",
-    "partition_count",
-    "totallag",
-    "maxlag",
-    "as_of",
-]
 
 
 def parse_args(argv: list[str]):  # noqa: ANN201
@@ -75,19 +48,7 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     parser.add_argument(
         "--all-partitions", action="store_true", help="list OK partitions too (Burrow's /lag)"
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser.parse_args(argv)
-
-
-def parse_now(text: str) -> int:
-    """Epoch ms, or an ISO-8601 date-time (UTC when it has no zone), as epoch ms."""
-    raw = text.strip()
-    if re.fullmatch(r"\d+", raw):
-        return int(raw)
-    try:
-        return reset.to_epoch_ms(reset.parse_datetime(raw, "--now"))
-    except reset.ResetError as exc:
-        raise UsageError(f"{exc} (or epoch ms)") from None
 
 
 def main(argv: list[str]) -> int:
@@ -101,7 +62,7 @@ def main(argv: list[str]) -> int:
     if allowed_lag < 0:
         raise UsageError(f"--allowed-lag must be >= 0, got {allowed_lag}")
     check_regex("--group", args.group)
-    now_ms = parse_now(args.now) if args.now is not None else None
+    now_ms = parse_time(args.now, "--now") if args.now is not None else None
     progress = Progress(not args.quiet)
     path = cfg.history.path
     if not delta.exists(path):
@@ -130,44 +91,8 @@ def main(argv: list[str]) -> int:
         writer = history.append_status(spark, written_df, cfg.history.status_path)
         suffix = f"; status appended to {cfg.history.status_path} via {writer}"
 
-    shown = [r for r in rows if args.all_partitions or r["status"] != "OK"]
-    groups = group_rows(rows)
-    if args.output == "json":
-        emit_json(burrow.burrow_responses(rows, args.all_partitions))
-    elif args.output == "csv":
-        emit(shown, history.STATUS_COLUMNS, "csv")
-    else:
-        emit(shown, PARTITION_COLUMNS, "table")
-        print()
-        emit(groups, GROUP_COLUMNS, "table")
-    counts = Counter(g["status"] for g in groups)
-    tally = ", ".join(f"{counts[s]} {s}" for s in ("OK", "WARN", "ERR"))
-    print(
-        f"{len(groups)} groups evaluated ({tally}){suffix}",
-        file=sys.stdout if args.output == "table" else sys.stderr,
-    )
+    print_summary(report.emit_status(rows, args.output, args.all_partitions) + suffix, args.output)
     return EXIT_OK
-
-
-def group_rows(rows: list[dict]) -> list[dict]:
-    """One output row per group from its status rows (which all carry the group's columns)."""
-    out: dict[tuple[str, str], dict] = {}
-    for row in rows:
-        key = (row["cluster"], row["group"])
-        if key not in out:
-            out[key] = {
-                "cluster": row["cluster"],
-                "group": row["group"],
-                "status": row["group_status"],
-                "complete": row["group_complete"],
-                "partition_count": row["group_partition_count"],
-                "totallag": row["group_totallag"],
-                "maxlag": None,
-                "as_of": row["as_of"],
-            }
-        if row["is_maxlag"]:
-            out[key]["maxlag"] = f"{row['topic']}[{row['partition']}]"
-    return list(out.values())
 
 
 if __name__ == "__main__":

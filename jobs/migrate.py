@@ -24,13 +24,13 @@ from ferry.cli import (
     emit_rows,
     exit_process,
     parse_span,
+    print_summary,
     run,
 )
 from ferry.config import load_config, require
 from ferry.groups.selection import require_groups
 from ferry.session import build_session
 from ferry.write import rollback
-from ferry.write.commit import OutcomeNotRecorded, restore_block
 from ferry.write.ledger import Ledger, new_run_id
 
 
@@ -67,7 +67,6 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     )
     parser.add_argument("--export-dir", help="write one kafka-consumer-groups CSV per group")
     parser.add_argument("--rollback", metavar="RUN_ID", help="restore offsets from the ledger")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser.parse_args(argv)
 
 
@@ -104,20 +103,10 @@ def main(argv: list[str]) -> int:
     ledger = Ledger(spark, cfg.ledger.path, new_run_id("migrate"), "migrate", args.execute)
     counts = None  # a dry run's differences (records) for groups already at or past the plan
     if args.execute:
-        try:
-            migrate.commit_groups(
-                dst, plan, decisions, ledger, cfg.ledger.lease_ms, args.allow_rewind,
-                progress, cfg.admin.batch_groups,
-            )  # fmt: skip
-        except OutcomeNotRecorded as exc:
-            if exc.committed:
-                print(
-                    "committed, but not in the ledger; the offsets these groups had before "
-                    "(restore with: groups reset --from-file FILE --execute):\n"
-                    + restore_block(exc.committed),
-                    file=sys.stderr,
-                )
-            raise
+        migrate.commit_groups(
+            dst, plan, decisions, ledger, cfg.ledger.lease_ms, args.allow_rewind,
+            progress, cfg.admin.batch_groups,
+        )  # fmt: skip
     else:
         migrate.record_dry_run(plan, decisions, dst, ledger)
         counts = migrate.dry_run_differences(spark, dst, plan, decisions, cfg, progress)
@@ -131,7 +120,7 @@ def main(argv: list[str]) -> int:
     lines, total = migrate.summary(plan, decisions, args.execute, ledger)
     for line in lines:
         print(line, file=sys.stderr)
-    print(total, file=sys.stdout if args.output == "table" else sys.stderr)
+    print_summary(total, args.output)
     return migrate.exit_code({g: d.status for g, d in decisions.items()})
 
 

@@ -36,6 +36,7 @@ from ferry.output import (  # noqa: F401 - re-exported for the jobs
     emit_json,
     emit_json_document,
     emit_rows,
+    print_summary,
     render,
 )
 
@@ -54,6 +55,19 @@ def parse_span(text: str, option: str) -> float:
         return parse_duration(text).total_seconds()
     except ResetError:
         raise UsageError(f"{option} {text!r} is not a duration like 90s, 10m, 1h or PT5M") from None
+
+
+def parse_time(text: str, option: str) -> int:
+    """A point in time as epoch ms: epoch ms, or ISO-8601 (UTC when it has no zone)."""
+    from ferry.groups.reset import ResetError, parse_datetime, to_epoch_ms
+
+    raw = text.strip()
+    if raw.isascii() and raw.isdigit():
+        return int(raw)
+    try:
+        return to_epoch_ms(parse_datetime(raw, option))
+    except ResetError as exc:
+        raise UsageError(f"{exc} (or epoch ms)") from None
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -75,6 +89,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, output: bool = True) -
     if output:
         parser.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks and Spark logs")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
         "--print-config",
         action="store_true",
@@ -322,6 +337,8 @@ def _log_traceback(exc: BaseException) -> str | None:
 
 
 def _report(exc: BaseException, verbose: bool) -> None:
+    if getattr(exc, "preface", ""):
+        print(exc.preface, file=sys.stderr)
     if verbose:
         traceback.print_exc()
         print(f"error: {error_line(exc)}", file=sys.stderr)

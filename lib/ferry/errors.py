@@ -25,7 +25,10 @@ class ConfigError(Exception):
 
 
 class FerryError(Exception):
-    """The run could not do what it was asked: exit code 1."""
+    """The run could not do what it was asked: exit code 1. `preface`, when not empty, is
+    printed before the one line: what a user needs to act on it (offsets to restore, say)."""
+
+    preface: str = ""
 
 
 class NoGroupsError(FerryError):

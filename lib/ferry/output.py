@@ -139,6 +139,12 @@ def emit_json_document(head: Mapping[str, Any], lists: Mapping[str, Iterable[Any
     out.flush()
 
 
+def print_summary(text: str, fmt: str) -> None:
+    """A run's closing summary: under the table on stdout; on stderr when stdout carries JSON
+    or CSV for a program to parse."""
+    print(text, file=sys.stdout if fmt == "table" else sys.stderr, flush=True)
+
+
 def emit_json(value: object) -> None:
     """Nested JSON (bytes as hex, times as ISO-8601) on stdout."""
     sys.stdout.write(json.dumps(_plain(value), indent=2, default=str) + "\n")

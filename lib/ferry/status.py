@@ -176,3 +176,31 @@ class AuditVerdict(_Named):
 COMPARED_VERDICTS = frozenset(
     {AuditVerdict.EXACT, AuditVerdict.BEHIND, AuditVerdict.AHEAD, AuditVerdict.NO_COMMIT}
 )
+
+
+class LagStatus(_Named):
+    """A consumer's status after LinkedIn Burrow's rules (`ferry.lag.rules`), as Burrow's own
+    StatusConstant names it: a partition is OK, WARN, STOP, STALL or REWIND; a group is OK, WARN
+    or ERR, its worst partition with the three errors collapsed into ERR."""
+
+    OK = "OK"
+    WARN = "WARN"
+    STOP = "STOP"
+    STALL = "STALL"
+    REWIND = "REWIND"
+    ERR = "ERR"  # a group only
+
+    @property
+    def for_group(self) -> LagStatus:
+        """What this partition status makes its group: OK, WARN or ERR."""
+        return self if self in (LagStatus.OK, LagStatus.WARN) else LagStatus.ERR
+
+
+PARTITION_LAG_STATUSES = (
+    LagStatus.OK,
+    LagStatus.WARN,
+    LagStatus.STOP,
+    LagStatus.STALL,
+    LagStatus.REWIND,
+)
+GROUP_LAG_STATUSES = (LagStatus.OK, LagStatus.WARN, LagStatus.ERR)  # in order of severity

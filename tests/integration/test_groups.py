@@ -178,7 +178,7 @@ def test_reset_clamping_is_reported_and_partitions_scoped(cluster, world, unique
     assert set(plan) == {0, 2}
     assert plan[0]["new_offset"] == 10 and plan[0]["note"] == "clamped from 29 to log end 10"
     assert plan[2]["new_offset"] == 30 and plan[2]["note"] == "clamped from 31 to log end 30"
-    assert plan[0]["status"] == "PLANNED"
+    assert plan[0]["status"] == "READY"
     assert committed(cluster, group) == {(a, 0): 4, (a, 1): 5, (a, 2): 6}  # dry run
     low = _reset(world, group, "--topic", f"{a}:1", "--to-offset", "0")
     assert low.code == 0 and committed(cluster, group)[(a, 1)] == 0

@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 
-from ferry.migrate.frontier import Slice
+from ferry.migrate.frontier import FrontierSlice
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.replicate import end_offsets, read_all, replicate
 
@@ -135,7 +135,7 @@ def test_both_reads_place_every_record_as_the_replica_says(world, read):
 def test_a_side_closed_by_growing_to_the_log_end_is_read_to_it():
     # The `behind` group's slice on partition 2: read to 405 at step 2 with its right side
     # open; growing it reaches the log end (575), which closes the side before it is read.
-    s = Slice(lo_pos=330, hi_pos=341, log_start=0, log_end=575, before=16, after=64)
+    s = FrontierSlice(lo_pos=330, hi_pos=341, log_start=0, log_end=575, before=16, after=64)
     s.is_left_closed = True
     s.read_bounds = s.bounds()
     assert not s.is_unread

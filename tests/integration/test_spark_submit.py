@@ -326,6 +326,8 @@ def test_jobs_started_together_after_a_library_change_all_start():
         assert zf.testzip() is None
         assert zf.read("ferry/__init__.py") == changed.read_bytes()
         assert "ferry/session.py" in zf.namelist()
+        # what only tests and the demo use stays home
+        assert not [n for n in zf.namelist() if n.startswith(("ferry/testing/", "ferry/demo"))]
     assert not list(lib_zip.parent.glob(".ferry-lib.zip.*")), "temporary files left behind"
 
 

@@ -189,3 +189,23 @@ def test_run_ends_a_spark_failure_in_one_line_and_exit_1(capsys):
     assert captured.out == ""
     [line] = captured.err.splitlines()
     assert line.startswith("error: Spark ran out of memory in the driver"), line
+
+
+def test_a_write_not_in_the_ledger_prints_the_offsets_to_restore_before_its_one_line(capsys):
+    from ferry.write.commit import OutcomeNotRecorded, WriteOutcome
+
+    written = WriteOutcome("g1", "COMMITTED", True, previous={("t", 0): 5, ("t", 1): 7})
+    unset = WriteOutcome("g2", "COMMITTED", True)
+
+    def main(argv: list[str]) -> int:
+        raise OutcomeNotRecorded("ledger append failed at /x: disk full", [written, unset])
+
+    assert run(main, []) == EXIT_INCOMPLETE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert lines[0].startswith("written, but not in the ledger;"), lines
+    assert lines[1:4] == ["group,topic,partition,offset", "g1,t,0,5", "g1,t,1,7"]
+    assert "g2: delete to undo" in lines[4]
+    assert lines[-1] == "error: ledger append failed at /x: disk full"
+    assert sum(line.startswith("error:") for line in lines) == 1

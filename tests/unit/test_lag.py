@@ -877,14 +877,14 @@ def test_burrow_responses_one_per_group_and_empty_windows() -> None:
     ],
 )
 def test_lag_status_now_option(text: str, expected: int) -> None:
-    from tests.integration.jobrunner import load_job
+    from ferry.cli import parse_time
 
-    assert load_job("lag-status").parse_now(text) == expected
+    assert parse_time(text, "--now") == expected
 
 
 def test_lag_status_now_option_rejects_other_text() -> None:
+    from ferry.cli import parse_time
     from ferry.errors import UsageError
-    from tests.integration.jobrunner import load_job
 
     with pytest.raises(UsageError, match="--now 'yesterday'"):
-        load_job("lag-status").parse_now("yesterday")
+        parse_time("yesterday", "--now")

@@ -89,7 +89,7 @@ def test_closed_sides_need_k_plus_one_records_outside_the_window(spark):
 
 
 def test_slice_bounds_grow_and_close_at_the_log():
-    s = search.Slice(position=100, log_start=90, log_end=1000, before=0, after=64)
+    s = search.AnchorSlice(position=100, log_start=90, log_end=1000, before=0, after=64)
     assert s.bounds(K) == (97, 167)
     s.close_at_log_bounds(K)
     assert (s.is_left_closed, s.is_right_closed, s.is_open) == (False, False, True)

@@ -11,11 +11,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ferry import kafka
-from ferry.groups.describe import GroupState
+from ferry.groups.describe import GroupsSnapshot
 from ferry.groups.reset import ResetError, Target, resolve_targets, scoped_partitions
 from ferry.groups.selection import is_selected
-from ferry.kafka.admin import GroupInfo
 from ferry.kafka.cluster import Cluster
+from ferry.kafka.groups import GroupInfo
 from ferry.keys import TopicPartitionKey
 from ferry.status import GroupStatus
 from ferry.write import commit, rules
@@ -50,7 +50,7 @@ class GroupChange:
 def plan_copy(
     source: str,
     new_groups: Sequence[str],
-    state: GroupState,
+    state: GroupsSnapshot,
     topic_pattern: str | None,
     allow_active_source: bool,
     allow_rewind: bool = False,
@@ -104,7 +104,7 @@ def plan_copy(
 
 def reset_partitions(
     groups: Sequence[str],
-    state: GroupState,
+    state: GroupsSnapshot,
     scope: Mapping[str, tuple[int, ...] | None] | None,
     file_offsets: Mapping[str, Mapping[TopicPartitionKey, int]] | None,
 ) -> dict[str, list[TopicPartitionKey] | ResetError]:
@@ -137,7 +137,7 @@ def reset_partitions(
 
 def plan_reset(
     partitions: Mapping[str, list[TopicPartitionKey] | ResetError],
-    state: GroupState,
+    state: GroupsSnapshot,
     spec: str,
     value: object,
     file_offsets: Mapping[str, Mapping[TopicPartitionKey, int]] | None,
@@ -163,7 +163,7 @@ def plan_reset(
     return changes
 
 
-def plan_delete(groups: Sequence[str], state: GroupState) -> list[GroupChange]:
+def plan_delete(groups: Sequence[str], state: GroupsSnapshot) -> list[GroupChange]:
     """Delete Empty groups; their offsets go to the ledger so a rollback can restore them."""
     changes = []
     for group in groups:
@@ -231,14 +231,16 @@ def delete_source_change(
     )
 
 
-def change_status(change: GroupChange, execute: bool) -> str:
+def change_status(change: GroupChange, execute: bool) -> GroupStatus:
+    """A group's status in the plan and outcome rows, named as `migrate` names it: READY in a
+    dry run (would be written), then COMMITTED or DELETED."""
     if change.error is not None:
-        return change.outcome or "REFUSED"
+        return GroupStatus(change.outcome or GroupStatus.REFUSED)
     if change.skip is not None:
         return GroupStatus.ALREADY_COPIED
     if not execute:
-        return "PLANNED"
-    return "DELETED" if change.is_delete else "COMMITTED"
+        return GroupStatus.READY
+    return GroupStatus.DELETED if change.is_delete else GroupStatus.COMMITTED
 
 
 def change_rows(changes: Iterable[GroupChange], execute: bool) -> list[dict]:

@@ -28,8 +28,10 @@ from ferry import kafka
 from ferry.config import ReaderConfig
 from ferry.groups import positions
 from ferry.groups.selection import is_selected
-from ferry.kafka.admin import GroupInfo, TopicPartitionKey
 from ferry.kafka.cluster import Cluster
+from ferry.kafka.groups import GroupInfo
+from ferry.keys import TopicPartitionKey
+from ferry.output import emit, emit_json
 from ferry.session import local_df
 
 POSITIONS_SCHEMA = StructType(
@@ -75,13 +77,15 @@ DESCRIBE_COLUMNS = [
     "client_id",
     "host",
 ]
+TOTAL_COLUMNS = ["group", "group_state", "partition_count", "lag", "time_lag_ms"]
+LIST_COLUMNS = ["group", "state", "protocol_type", "members", "topics", "partitions"]
 
 
 # ---------------------------------------------------------------------------------- extract
 
 
 @dataclass
-class GroupState:
+class GroupsSnapshot:
     """What the cluster says about a set of groups right now."""
 
     infos: dict[str, GroupInfo]
@@ -89,15 +93,33 @@ class GroupState:
     topic_partitions: dict[str, int] = field(default_factory=dict)
 
 
-def fetch_groups(cluster: Cluster, groups: Sequence[str]) -> GroupState:
-    return GroupState(
+def fetch_groups(cluster: Cluster, groups: Sequence[str]) -> GroupsSnapshot:
+    return GroupsSnapshot(
         infos=kafka.describe_groups(cluster, groups),
         committed=kafka.committed_offsets(cluster, groups),
         topic_partitions=kafka.list_topics(cluster, include_internal=True),
     )
 
 
-def position_rows(state: GroupState, topic_pattern: str | None = None) -> list[dict]:
+def emit_list(groups: Sequence[str], state: GroupsSnapshot, fmt: str) -> None:
+    """`groups list` on stdout: one row per group, its state, members and what it committed."""
+    rows = []
+    for group in groups:
+        info, committed = state.infos[group], state.committed.get(group, {})
+        rows.append(
+            {
+                "group": group,
+                "state": info.state,
+                "protocol_type": info.protocol_type,
+                "members": len(info.members),
+                "topics": len({t for t, _ in committed}),
+                "partitions": len(committed),
+            }
+        )
+    emit(rows, LIST_COLUMNS, fmt)
+
+
+def position_rows(state: GroupsSnapshot, topic_pattern: str | None = None) -> list[dict]:
     """One row per group × partition that is committed or assigned to a member."""
     rows = []
     for group in sorted(state.infos):
@@ -209,3 +231,25 @@ def group_totals(describe_df: DataFrame) -> DataFrame:
         F.sum("lag").alias("lag"),
         F.max("time_lag_ms").alias("time_lag_ms"),
     ).select("group", "group_state", "partition_count", "lag", "time_lag_ms")
+
+
+# ------------------------------------------------------------------------------------- load
+
+
+def emit_describe(describe_df: DataFrame, fmt: str) -> None:
+    """`groups describe` on stdout: the partitions then each group's totals (table), one JSON
+    object per group holding its partitions (json), or the partitions alone (csv)."""
+    detail = [r.asDict() for r in describe_df.orderBy("group", "topic", "partition").collect()]
+    if fmt == "csv":
+        emit(detail, DESCRIBE_COLUMNS, "csv")
+        return
+    totals = [r.asDict() for r in group_totals(describe_df).orderBy("group").collect()]
+    if fmt == "table":
+        emit(detail, DESCRIBE_COLUMNS, "table")
+        print()
+        emit(totals, TOTAL_COLUMNS, "table")
+        return
+    by_group = {t["group"]: {**t, "partitions": []} for t in totals}
+    for row in detail:
+        by_group[row["group"]]["partitions"].append(row)
+    emit_json(list(by_group.values()))

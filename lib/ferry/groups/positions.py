@@ -36,9 +36,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from ferry import kafka
-from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange
+from ferry.keys import TopicPartitionKey
 from ferry.session import local_df
 
 DEFAULT_MAX_GAP = 1_000

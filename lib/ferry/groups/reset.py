@@ -23,23 +23,62 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from enum import Enum
 
+from ferry.errors import UsageError
 from ferry.keys import TopicPartitionKey
 
-SPECS = (
-    "to_earliest",
-    "to_latest",
-    "to_current",
-    "to_offset",
-    "shift_by",
-    "to_datetime",
-    "by_duration",
-    "from_file",
-)
+
+class ResetSpec(str, Enum):
+    """The reset specs, named as kafka-consumer-groups' options (`--to-earliest` is
+    TO_EARLIEST); values are those options' argparse names."""
+
+    TO_EARLIEST = "to_earliest"
+    TO_LATEST = "to_latest"
+    TO_CURRENT = "to_current"
+    TO_OFFSET = "to_offset"
+    SHIFT_BY = "shift_by"
+    TO_DATETIME = "to_datetime"
+    BY_DURATION = "by_duration"
+    FROM_FILE = "from_file"
+
+    @property
+    def is_at_time(self) -> bool:
+        """Resolved by a timestamp lookup (ListOffsets by time)."""
+        return self in (ResetSpec.TO_DATETIME, ResetSpec.BY_DURATION)
 
 
 class ResetError(ValueError):
     """A spec, scope or CSV problem, described in one line."""
+
+
+def chosen_spec(options: Mapping[str, object], now_ms: int) -> tuple[ResetSpec, object]:
+    """The spec that the parsed options (by their argparse names) give, and its value: N for
+    --to-offset and --shift-by, epoch ms for --to-datetime and --by-duration (now − D), None
+    otherwise (--from-file's offsets are read with the file). A bad value, or no spec at all,
+    is a UsageError."""
+    try:
+        return _chosen_spec(options, now_ms)
+    except ResetError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _chosen_spec(options: Mapping[str, object], now_ms: int) -> tuple[ResetSpec, object]:
+    for spec in ResetSpec:
+        given = options.get(spec.value)
+        if given is None or given is False:
+            continue
+        if spec is ResetSpec.TO_OFFSET and int(given) < 0:  # type: ignore[call-overload]
+            raise ResetError("--to-offset must be >= 0")
+        if spec in (ResetSpec.TO_OFFSET, ResetSpec.SHIFT_BY):
+            return spec, int(given)  # type: ignore[call-overload]
+        if spec is ResetSpec.TO_DATETIME:
+            return spec, to_epoch_ms(parse_datetime(str(given)))
+        if spec is ResetSpec.BY_DURATION:
+            ago = parse_duration(str(given))
+            return spec, int(now_ms - ago.total_seconds() * 1000)
+        return spec, None
+    raise ResetError("a reset spec is required (--to-earliest, --to-offset N, ...)")
 
 
 @dataclass(frozen=True)
@@ -175,7 +214,7 @@ def clamp(offset: int, log_start: int, log_end: int) -> tuple[int, str | None]:
 
 def resolve_targets(
     group: str,
-    spec: str,
+    spec: ResetSpec | str,
     value: object,
     partitions: Iterable[TopicPartitionKey],
     committed: Mapping[TopicPartitionKey, int],
@@ -189,8 +228,10 @@ def resolve_targets(
     offset at or after the time per partition (None: no record that new). Raises ResetError
     naming the group and partition when a partition cannot be reset.
     """
-    if spec not in SPECS:
-        raise ResetError(f"unknown reset spec {spec!r}")
+    try:
+        spec = ResetSpec(spec)
+    except ValueError:
+        raise ResetError(f"unknown reset spec {spec!r}") from None
     targets = []
     for key in sorted(set(partitions)):
         topic, partition = key
@@ -198,21 +239,21 @@ def resolve_targets(
             raise ResetError(f"group {group}: {topic}[{partition}] does not exist on the cluster")
         log_start, log_end = bounds[key]
         current = committed.get(key)
-        if spec == "to_earliest":
+        if spec is ResetSpec.TO_EARLIEST:
             wanted = log_start
-        elif spec == "to_latest":
+        elif spec is ResetSpec.TO_LATEST:
             wanted = log_end
-        elif spec == "to_current":
+        elif spec is ResetSpec.TO_CURRENT:
             wanted = current if current is not None else log_end
-        elif spec == "to_offset":
+        elif spec is ResetSpec.TO_OFFSET:
             wanted = int(value)  # type: ignore[arg-type]
-        elif spec == "shift_by":
+        elif spec is ResetSpec.SHIFT_BY:
             if current is None:
                 raise ResetError(
                     f"group {group}: {topic}[{partition}] has no committed offset to shift"
                 )
             wanted = current + int(value)  # type: ignore[arg-type]
-        elif spec in ("to_datetime", "by_duration"):
+        elif spec.is_at_time:
             found = (offsets_at_time or {}).get(key)
             wanted = log_end if found is None else found
         else:

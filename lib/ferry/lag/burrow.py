@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from ferry.status import LagStatus
+
 
 def burrow_responses(
     status_rows: Iterable[Mapping[str, Any]], show_all: bool = False, host: str | None = None
@@ -37,7 +39,7 @@ def burrow_responses(
                     "group": group,
                     "status": first["group_status"],
                     "complete": first["group_complete"],
-                    "partitions": [p for p in parts if show_all or p["status"] != "OK"],
+                    "partitions": [p for p in parts if show_all or p["status"] != LagStatus.OK],
                     "partition_count": first["group_partition_count"],
                     "maxlag": maxlag,
                     "totallag": first["group_totallag"],

@@ -54,18 +54,10 @@ from __future__ import annotations
 
 from typing import Any
 
-PARTITION_STATUSES = ("OK", "WARN", "STOP", "STALL", "REWIND")
-GROUP_STATUSES = ("OK", "WARN", "ERR")
+from ferry.status import GROUP_LAG_STATUSES, PARTITION_LAG_STATUSES, LagStatus
 
-# Severity as in Burrow's StatusConstant; the three errors collapse to ERR for a group.
-_GROUP_RANK = {"OK": 0, "WARN": 1, "ERR": 2}
-_PARTITION_TO_GROUP = {
-    "OK": "OK",
-    "WARN": "WARN",
-    "STOP": "ERR",
-    "STALL": "ERR",
-    "REWIND": "ERR",
-}
+PARTITION_STATUSES = PARTITION_LAG_STATUSES
+GROUP_STATUSES = GROUP_LAG_STATUSES
 
 
 def partition_complete(offsets: list[dict | None]) -> float:
@@ -82,33 +74,33 @@ def partition_status(
     now_ms: int,
     allowed_lag: int = 0,
     current_lag: int | None = None,
-) -> str:
+) -> LagStatus:
     """Burrow status of one partition: OK, WARN, STOP, STALL or REWIND (see module docstring)."""
     if allowed_lag < 0:
         raise ValueError(f"allowed_lag must be >= 0, got {allowed_lag}")
     window = [entry for entry in offsets if entry is not None]
     if not window:
-        return "OK"
+        return LagStatus.OK
     if current_lag is None:
         current_lag = _default_current_lag(window, broker_offsets)
     if current_lag <= allowed_lag:
-        return "OK"
+        return LagStatus.OK
 
     if _stopped(window, now_ms) and not _recent_lag_zero(window, broker_offsets):
-        return "STOP"
+        return LagStatus.STOP
 
     # Checked before the zero-lag rule: a consumer at zero lag that rewinds to earliest would
     # otherwise look OK (zero lag in history), then OK again once that history ages out.
     rewind_at = _rewind_index(window)
     if rewind_at is not None and not _rewind_recovered(window, rewind_at):
-        return "REWIND"
+        return LagStatus.REWIND
 
     if _lag_always_nonzero(window, allowed_lag):
         if _stalled(window):
-            return "STALL"
+            return LagStatus.STALL
         if _lag_not_decreasing(window):
-            return "WARN"
-    return "OK"
+            return LagStatus.WARN
+    return LagStatus.OK
 
 
 def group_status(partitions: list[dict]) -> dict:
@@ -118,16 +110,15 @@ def group_status(partitions: list[dict]) -> dict:
     other keys (e.g. `start`, `end`) ride along unchanged, so `maxlag` is the input dict itself.
     """
     ordered = sorted(partitions, key=lambda p: (p["topic"], p["partition"]))
-    status = "OK"
+    status = LagStatus.OK
     maxlag: dict | None = None
     total_lag = 0
     fully_complete = 0
     for part in ordered:
-        try:
-            group_level = _PARTITION_TO_GROUP[part["status"]]
-        except KeyError:
-            raise ValueError(f"unknown partition status {part['status']!r}") from None
-        if _GROUP_RANK[group_level] > _GROUP_RANK[status]:
+        if part["status"] not in PARTITION_STATUSES:
+            raise ValueError(f"unknown partition status {part['status']!r}")
+        group_level = LagStatus(part["status"]).for_group
+        if GROUP_STATUSES.index(group_level) > GROUP_STATUSES.index(status):
             status = group_level
         # Strictly greater keeps the first of equal lags, making the pick deterministic.
         if maxlag is None or part["current_lag"] > maxlag["current_lag"]:

@@ -16,8 +16,8 @@ from typing import TypeVar
 from ferry import kafka
 from ferry.config import FerryConfig
 from ferry.groups.selection import select_groups
-from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 
 
 @dataclass

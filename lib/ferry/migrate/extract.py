@@ -30,9 +30,9 @@ from pyspark.sql.types import (
 
 from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange
+from ferry.keys import TopicPartitionKey
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
 

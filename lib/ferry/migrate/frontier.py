@@ -4,7 +4,7 @@ A group's frontier runs from lo = its earliest first-unconsumed record to hi = i
 last-consumed one, over the source partitions; its band is that widened by the matching
 windows. `with_frontier` finds it from the records around the committed offsets; groups whose
 frontiers lie close together share one (`join_frontiers`), and with it one slice of every
-destination partition (`Slice`), which `ferry.migrate.frontier_read` reads narrow first and
+destination partition (`FrontierSlice`), which `ferry.migrate.frontier_read` reads narrow first and
 widens until enough has been read. What "enough" means, and why, is in docs/matching.md
 ("What is read: the frontier, not the band" and "Enough has been read").
 """
@@ -50,7 +50,7 @@ class GroupFrontier:
 
 
 @dataclass
-class Slice:
+class FrontierSlice:
     """What is read of one destination partition for a frontier; each side grows until it
     has read enough, or reaches the log's end or the band's edge (its cap)."""
 
@@ -105,7 +105,7 @@ class Frontier:
     band_lo_ms: int
     band_hi_ms: int
     groups: list[GroupFrontier]
-    slices: dict[int, Slice] = field(default_factory=dict)
+    slices: dict[int, FrontierSlice] = field(default_factory=dict)
     source: dict[int, tuple[int, int]] = field(default_factory=dict)  # p -> offsets read
     covered: tuple[int, int] | None = None  # milliseconds read on every source partition
 

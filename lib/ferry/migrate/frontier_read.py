@@ -30,9 +30,9 @@ from ferry.migrate.frontier import (
     MAX_STEPS,
     SMALL_PARTITION,
     Frontier,
+    FrontierSlice,
     GroupFrontier,
     Reconciled,
-    Slice,
     first_radius,
     join_frontiers,
     merge_gaps,
@@ -180,13 +180,16 @@ def _destination_slices(dst: Cluster, frontiers: list[Frontier], disc: Discovery
         for q in range(disc.reconcile_topics[f.topic][1]):
             start, end = bounds[(f.dst_topic, q)]
             if end - start <= SMALL_PARTITION:
-                s = Slice(start, end, start, end, 0, 0)
+                s = FrontierSlice(start, end, start, end, 0, 0)
             elif full:
                 lo_pos, hi_pos = at[(f.dst_topic, q, lo)], at[(f.dst_topic, q, hi + 1)]
-                s = Slice(lo_pos, hi_pos, start, end, BAND_EDGE, 1, lo_pos - BAND_EDGE, hi_pos + 1)
+                s = FrontierSlice(
+                    lo_pos, hi_pos, start, end, BAND_EDGE, 1, lo_pos - BAND_EDGE, hi_pos + 1
+                )
             else:
                 r = first_radius(disc.reconcile_topics[f.topic][0])
-                s = Slice(at[(f.dst_topic, q, lo)], at[(f.dst_topic, q, hi + 1)], start, end, r, r)
+                lo_pos, hi_pos = at[(f.dst_topic, q, lo)], at[(f.dst_topic, q, hi + 1)]
+                s = FrontierSlice(lo_pos, hi_pos, start, end, r, r)
             s.close_at_limits()
             f.slices[q] = s
 

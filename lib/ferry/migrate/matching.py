@@ -38,14 +38,10 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType
 
 from ferry.status import PartitionStatus
 
-STATUS_MATCHED = PartitionStatus.MATCHED.value
-STATUS_MATCHED_NEXT = PartitionStatus.MATCHED_NEXT.value
-STATUS_EMPTY = PartitionStatus.EMPTY.value
-STATUS_AMBIGUOUS = PartitionStatus.AMBIGUOUS.value
-STATUS_PENDING = PartitionStatus.PENDING.value
-STATUS_NOT_FOUND = PartitionStatus.NOT_FOUND.value
-STATUS_INCONSISTENT = PartitionStatus.INCONSISTENT.value
-RESOLVED_STATUSES = (STATUS_MATCHED, STATUS_MATCHED_NEXT, STATUS_EMPTY)  # exact mode's
+# Exact mode's resolved statuses, as Spark compares them (plain strings).
+RESOLVED_STATUSES = tuple(
+    s.value for s in (PartitionStatus.MATCHED, PartitionStatus.MATCHED_NEXT, PartitionStatus.EMPTY)
+)
 
 # A position: what every stage keys on (several groups committed at the same offset share it).
 ANCHOR_KEYS = ["src_topic", "src_partition", "committed_offset"]
@@ -268,18 +264,18 @@ def resolve(
         F.col("dst_last_timestamp_ms") < F.col("anchor_timestamp_ms") + F.lit(window_after_ms)
     )
     status = (
-        F.when(F.col("anchor_kind") == "none", F.lit(STATUS_EMPTY))
-        .when(~has_candidate & replica_behind, F.lit(STATUS_PENDING))
-        .when(~has_candidate, F.lit(STATUS_NOT_FOUND))
-        .when(is_tie, F.lit(STATUS_AMBIGUOUS))
-        .when(F.col("anchor_kind") == "next", F.lit(STATUS_MATCHED_NEXT))
-        .when(is_inconsistent, F.lit(STATUS_INCONSISTENT))
-        .otherwise(F.lit(STATUS_MATCHED))
+        F.when(F.col("anchor_kind") == "none", F.lit(PartitionStatus.EMPTY.value))
+        .when(~has_candidate & replica_behind, F.lit(PartitionStatus.PENDING.value))
+        .when(~has_candidate, F.lit(PartitionStatus.NOT_FOUND.value))
+        .when(is_tie, F.lit(PartitionStatus.AMBIGUOUS.value))
+        .when(F.col("anchor_kind") == "next", F.lit(PartitionStatus.MATCHED_NEXT.value))
+        .when(is_inconsistent, F.lit(PartitionStatus.INCONSISTENT.value))
+        .otherwise(F.lit(PartitionStatus.MATCHED.value))
     )
     destination = (
-        F.when(status == STATUS_EMPTY, F.col("dst_log_end_offset"))
-        .when(status == STATUS_MATCHED_NEXT, top["candidate_offset"])
-        .when(status == STATUS_MATCHED, top["candidate_offset"] + 1)
+        F.when(status == PartitionStatus.EMPTY.value, F.col("dst_log_end_offset"))
+        .when(status == PartitionStatus.MATCHED_NEXT.value, top["candidate_offset"])
+        .when(status == PartitionStatus.MATCHED.value, top["candidate_offset"] + 1)
     )
     return plan.select(
         *ANCHOR_KEYS,

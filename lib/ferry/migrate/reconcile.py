@@ -24,8 +24,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from ferry.config import FerryConfig
-from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 from ferry.migrate.discover import Discovery
 from ferry.migrate.extract import read_records, union_records
 from ferry.migrate.frontier import GroupFrontier, with_frontier, with_partition_frontier
@@ -35,10 +35,6 @@ from ferry.migrate.ranges import RangeBook
 from ferry.session import local_df
 from ferry.status import PartitionStatus
 
-STATUS_RECONCILED = PartitionStatus.RECONCILED.value
-STATUS_PENDING = PartitionStatus.PENDING.value
-STATUS_NO_POSITION = PartitionStatus.NO_POSITION.value
-STATUS_BAND_TOO_WIDE = PartitionStatus.BAND_TOO_WIDE.value
 EDGE = 2  # records read either side of a committed offset to find its frontier
 
 POSITIONS_SCHEMA = StructType(
@@ -97,11 +93,12 @@ def plan_reconciled(
                 row["status"], row["note"] = problems[(group, topic)]
             elif (group, topic) not in planned:  # nothing on the source to reconcile against
                 row.update(destination_offset=disc.destination_bounds[(dst_topic, q)][1])
-                row.update(status=STATUS_RECONCILED, is_resolved=True, duplicates=0, unplaced=0)
+                row.update(status=PartitionStatus.RECONCILED, is_resolved=True)
+                row.update(duplicates=0, unplaced=0)
             else:
                 row.update(placed[(group, dst_topic, q)])
                 short = missing.get((group, topic), 0)
-                row["status"] = STATUS_PENDING if short else STATUS_RECONCILED
+                row["status"] = PartitionStatus.PENDING if short else PartitionStatus.RECONCILED
                 row["is_resolved"] = not short
                 if short:
                     row["note"] = f"{short} consumed records of the band not on the destination yet"
@@ -133,7 +130,7 @@ def _positions(disc: Discovery):  # noqa: ANN202 - (positions, problems)
                 rows.append((group, topic, p, c, end))
             if unknown:
                 problems[(group, topic)] = (
-                    STATUS_NO_POSITION,
+                    PartitionStatus.NO_POSITION,
                     f"no committed offset on {topic}{unknown}, which hold records: reconcile "
                     "needs the group's position on every source partition",
                 )
@@ -168,7 +165,7 @@ def _frontiers(spark, src, disc, cfg, positions, positions_df, progress):  # noq
         key = (f.group, f.topic)
         if f.unknown_partition is not None:
             problems[key] = (
-                STATUS_NO_POSITION,
+                PartitionStatus.NO_POSITION,
                 f"no record found around the committed offset on {f.topic}[{f.unknown_partition}]",
             )
             continue
@@ -178,7 +175,7 @@ def _frontiers(spark, src, disc, cfg, positions, positions_df, progress):  # noq
         overlap = (f.hi_timestamp_ms or 0) - (f.lo_timestamp_ms or 0) if len(known) == 2 else 0
         if overlap > m.max_band_ms:
             problems[key] = (
-                STATUS_BAND_TOO_WIDE,
+                PartitionStatus.BAND_TOO_WIDE,
                 f"frontier band is {overlap / 60_000:.0f} min wide: first unconsumed record on "
                 f"{f.topic}[{f.lo_partition}] from {_iso(f.lo_timestamp_ms)}, last consumed on "
                 f"{f.topic}[{f.hi_partition}] from {_iso(f.hi_timestamp_ms)}; raise "

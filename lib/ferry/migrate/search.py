@@ -45,8 +45,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from ferry import kafka
 from ferry.config import FerryConfig
-from ferry.kafka.admin import TopicPartitionKey
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 from ferry.migrate import matching
 from ferry.migrate.extract import union_records, with_segments
 from ferry.migrate.ranges import RangeBook
@@ -79,7 +79,7 @@ SLICES_SCHEMA = StructType(
 
 
 @dataclass
-class Slice:
+class AnchorSlice:
     """What is read around one anchor position; sides grow until decided or closed."""
 
     position: int  # first offset with timestamp >= the anchor's (log end if none)
@@ -315,10 +315,10 @@ def _log_size(bounds: Mapping[TopicPartitionKey, tuple[int, int]], position: Map
     return end - start
 
 
-def _first_slice(position: int, log_start: int, log_end: int, k: int) -> Slice:
+def _first_slice(position: int, log_start: int, log_end: int, k: int) -> AnchorSlice:
     """The anchor's millisecond and context; a partition no larger than a few steps would
     read is read whole at once, which needs no look at all."""
-    s = Slice(position, log_start, log_end, before=0, after=FIRST_RADIUS)
+    s = AnchorSlice(position, log_start, log_end, before=0, after=FIRST_RADIUS)
     if log_end - log_start <= SMALL_PARTITION:
         s.position, s.before, s.after = log_start, 0, SMALL_PARTITION
     s.close_at_log_bounds(k)
@@ -327,7 +327,7 @@ def _first_slice(position: int, log_start: int, log_end: int, k: int) -> Slice:
 
 def _slices_df(
     spark: SparkSession,
-    slices: Mapping[tuple[str, int, int], Slice],
+    slices: Mapping[tuple[str, int, int], AnchorSlice],
     k: int,
     read: bool = False,
 ) -> DataFrame:

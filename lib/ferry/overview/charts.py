@@ -7,19 +7,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ferry.overview.tables import NO_OUTCOME
-from ferry.status import DONE_STATUSES, GroupStatus
+from ferry.status import DONE_STATUSES, GroupStatus, LagStatus
 
 if TYPE_CHECKING:  # matplotlib and pandas are only needed where plots are drawn
     import pandas as pd
     from matplotlib.figure import Figure
 
 STATUS_COLOURS = {
-    "OK": "#2e7d32",
-    "WARN": "#f9a825",
-    "ERR": "#c62828",
-    "STOP": "#c62828",
-    "STALL": "#6a1b9a",
-    "REWIND": "#1565c0",
+    LagStatus.OK: "#2e7d32",
+    LagStatus.WARN: "#f9a825",
+    LagStatus.ERR: "#c62828",
+    LagStatus.STOP: "#c62828",
+    LagStatus.STALL: "#6a1b9a",
+    LagStatus.REWIND: "#1565c0",
 }
 # Each group's final outcome in a migrate run, in legend order, with its label and colour:
 # successes green, the dry run's "would be written" blue, worth another run amber, needing a

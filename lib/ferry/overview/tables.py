@@ -17,7 +17,7 @@ from pyspark.sql.types import LongType
 
 from ferry import delta
 from ferry.config import FerryConfig
-from ferry.status import GroupStatus
+from ferry.status import COMPARED_VERDICTS, AuditVerdict, GroupStatus, LagStatus
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN
 
 if TYPE_CHECKING:  # matplotlib and pandas are only needed where plots are drawn
@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # matplotlib and pandas are only needed where plots are drawn
 # between the two, and whether the group was written is for `--rollback`/a read-back to say.
 NO_OUTCOME = "NO_OUTCOME"
 _PHASE_RANK = {PHASE_INTENT: 1, PHASE_PLAN: 2, PHASE_OUTCOME: 3}
-# Audit verdicts with a direction; any other verdict is the plan's unresolved status.
-AUDIT_VERDICTS = ("EXACT", "BEHIND", "AHEAD", "NO_COMMIT")
 
 
 @dataclass(frozen=True)
@@ -99,7 +97,9 @@ def with_group_status_timeline(status_df: DataFrame) -> DataFrame:
         .agg(
             F.first("group_status").alias("group_status"),
             F.first("group_totallag").alias("total_lag"),
-            F.sum(F.when(F.col("status") != "OK", 1).otherwise(0)).alias("unhealthy_partitions"),
+            F.sum(F.when(F.col("status") != LagStatus.OK.value, 1).otherwise(0)).alias(
+                "unhealthy_partitions"
+            ),
         )
         .select(
             "cluster",
@@ -206,19 +206,21 @@ def with_audit_by_group(audit_df: DataFrame) -> DataFrame:
     def total(condition):  # noqa: ANN001, ANN202
         return F.coalesce(F.sum(F.when(condition, records)), F.lit(0)).cast(LongType())
 
+    compared = sorted(v.value for v in COMPARED_VERDICTS)
     return (
         audit_df.groupBy("run_id", "group")
         .agg(
             F.min("audited_at").alias("audited_at"),
             F.count(F.lit(1)).alias("partitions"),
-            partitions(verdict == "EXACT").alias("exact"),
-            partitions(verdict == "BEHIND").alias("behind"),
-            partitions(verdict == "AHEAD").alias("ahead"),
-            partitions(verdict == "NO_COMMIT").alias("no_commit"),
-            partitions(~verdict.isin(*AUDIT_VERDICTS) | verdict.isNull()).alias("unresolved"),
-            total(verdict == "BEHIND").alias("delivered_again"),
-            total((verdict == "AHEAD") & ~is_live).alias("skipped"),
-            total((verdict == "AHEAD") & is_live).alias("ahead_live"),
+            partitions(verdict == AuditVerdict.EXACT.value).alias("exact"),
+            partitions(verdict == AuditVerdict.BEHIND.value).alias("behind"),
+            partitions(verdict == AuditVerdict.AHEAD.value).alias("ahead"),
+            partitions(verdict == AuditVerdict.NO_COMMIT.value).alias("no_commit"),
+            # any other verdict is the plan's own unresolved status
+            partitions(~verdict.isin(*compared) | verdict.isNull()).alias("unresolved"),
+            total(verdict == AuditVerdict.BEHIND.value).alias("delivered_again"),
+            total((verdict == AuditVerdict.AHEAD.value) & ~is_live).alias("skipped"),
+            total((verdict == AuditVerdict.AHEAD.value) & is_live).alias("ahead_live"),
             F.max(is_live).alias("is_live"),
         )
         .select(

@@ -72,6 +72,12 @@ class OutcomeNotRecorded(LedgerError):
     def __init__(self, message: str, committed: Sequence[WriteOutcome]) -> None:
         super().__init__(message)
         self.committed = list(committed)
+        if self.committed:
+            self.preface = (
+                "written, but not in the ledger; the offsets these groups had before "
+                "(restore with: groups reset --from-file FILE --execute):\n"
+                + restore_block(self.committed)
+            )
 
 
 def restore_block(outcomes: Sequence[WriteOutcome]) -> str:

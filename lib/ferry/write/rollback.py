@@ -259,7 +259,7 @@ def rollback_job(
     a summary, and return the exit code (0 every group rolled back, 1 not)."""
     from ferry.config import require
     from ferry.errors import EXIT_INCOMPLETE, EXIT_OK
-    from ferry.output import emit
+    from ferry.output import emit, print_summary
     from ferry.session import build_session
 
     require(cfg, section, "ledger.path")
@@ -277,8 +277,6 @@ def rollback_job(
         summary = f"{n - failed} of {n} groups rolled back"
     else:
         summary = f"{n} groups would be rolled back (dry run; re-run with --execute)"
-    print(
-        f"{summary}; run {done.run_id}; ledger {cfg.ledger.path} via {done.writer}",
-        file=sys.stdout if output == "table" else sys.stderr,
-    )
+    summary += f"; run {done.run_id}; ledger {cfg.ledger.path} via {done.writer}"
+    print_summary(summary, output)
     return EXIT_OK if not done.errors else EXIT_INCOMPLETE

@@ -1,0 +1,148 @@
+"""The changing verbs (`groups copy`, `reset`, `delete`) from plan to report: plans made from
+what the cluster says now, written through the guarded write path when --execute
+(`ferry.write.commit`: intent, state check, forward rule, verified write, outcome), then the
+rows, warnings, summary and exit code."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from ferry import kafka
+from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, UsageError
+from ferry.groups import changes, describe, reset, selection
+from ferry.groups.changes import GroupChange
+from ferry.kafka.cluster import Cluster
+from ferry.output import emit, print_summary
+from ferry.write import commit
+from ferry.write.ledger import Ledger
+
+CHANGE_COLUMNS = [
+    "group",
+    "source_group",
+    "topic",
+    "partition",
+    "previous_offset",
+    "new_offset",
+    "status",
+    "note",
+]
+_DONE = {"copy": "copied", "reset": "reset", "delete": "deleted"}
+Write = Callable[[list[GroupChange]], list[GroupChange]]  # writes (with --execute), returns them
+
+
+def check_copy(targets: Sequence[str], delete_source: bool, allow_active_source: bool) -> None:
+    """`groups copy`'s options that cannot go together (UsageError)."""
+    if len(set(targets)) != len(targets):
+        raise UsageError("--to names a group twice")
+    if delete_source and allow_active_source:
+        raise UsageError("--delete-source cannot be combined with --allow-active-source")
+
+
+def copy(
+    cluster: Cluster,
+    source: str,
+    targets: Sequence[str],
+    topic_pattern: str | None,
+    allow_active_source: bool,
+    allow_rewind: bool,
+    delete_source: bool,
+    write: Write | None,
+) -> list[GroupChange]:
+    """`groups copy`: the copies planned and written; with `delete_source`, the source group
+    deleted afterwards, and only when every copy was written (`write` None: a dry run)."""
+    state = describe.fetch_groups(cluster, [source, *targets])
+    planned = changes.plan_copy(
+        source, list(targets), state, topic_pattern, allow_active_source, allow_rewind
+    )
+    if write is None:
+        return planned + (changes.plan_delete([source], state) if delete_source else [])
+    planned = write(planned)
+    if delete_source:
+        deleted = changes.delete_source_change(cluster, source, planned)
+        if deleted is None:
+            print(f"warning: {source} kept: not every copy succeeded", file=sys.stderr)
+        else:
+            planned += write([deleted])
+    return planned
+
+
+def plan_reset(
+    cluster: Cluster,
+    chosen: selection.ResetSelection,
+    spec: reset.ResetSpec,
+    value: object,
+    progress: Callable[[str], None],
+) -> list[GroupChange]:
+    """`groups reset`: each chosen group's targets, from the cluster's log bounds (and, for a
+    time spec, its timestamp lookups) now."""
+    state = describe.fetch_groups(cluster, chosen.groups)
+    selection.check_scope(chosen.scope, state.topic_partitions)
+    partitions = changes.reset_partitions(chosen.groups, state, chosen.scope, chosen.file_offsets)
+    keys = {k for v in partitions.values() if isinstance(v, list) for k in v}
+    progress(f"resetting {len(chosen.groups)} groups over {len(keys)} partitions")
+    bounds = kafka.watermarks(cluster, keys)
+    at_time = None
+    if spec.is_at_time:
+        at_time = kafka.offsets_for_timestamps(cluster, dict.fromkeys(keys, value), bounds)
+    return changes.plan_reset(partitions, state, spec, value, chosen.file_offsets, bounds, at_time)
+
+
+def write(
+    planned: list[GroupChange],
+    cluster: Cluster,
+    run_ledger: Ledger | None,
+    lease_ms: int,
+    batch_groups: int | None,
+    allow_rewind: bool,
+    progress: Callable[[str], None],
+) -> list[GroupChange]:
+    """Write every planned group that has something to write; the rest are recorded as kept.
+    Each change's outcome (or error) is set on it. No ledger: a dry run, nothing written.
+    Returns `planned`."""
+    if run_ledger is None:
+        return planned
+    writes = changes.group_writes(planned, cluster, allow_rewind)
+    written = {w.group for w in writes}
+    kept = changes.ledger_rows([c for c in planned if c.group not in written], cluster, True)
+    outcomes = commit.execute_writes(
+        cluster, writes, kept, run_ledger, lease_ms, progress, batch_groups
+    )
+    changes.record_outcomes(planned, outcomes)
+    return planned
+
+
+def report(
+    planned: Sequence[GroupChange],
+    action: str,
+    execute: bool,
+    fmt: str,
+    export: bool,
+    run_ledger: Ledger | None,
+) -> int:
+    """The rows (or, with `export`, the kafka-consumer-groups CSV), warnings, the groups not
+    done, the summary; exit 0 when every group was done, 1 otherwise."""
+    for change in planned:
+        for warning in change.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    if export:
+        with_group = len({c.group for c in planned}) > 1
+        sys.stdout.write(
+            reset.format_offsets_csv([t for c in planned for t in c.targets], with_group)
+        )
+    else:
+        emit(changes.change_rows(planned, execute), CHANGE_COLUMNS, fmt)
+    failed = [c for c in planned if c.error is not None]
+    for change in failed:
+        print(f"not done: {change.group}: {change.error}", file=sys.stderr)
+    done, verb = len(planned) - len(failed), _DONE[action]
+    if execute:
+        suffix = ""
+        if run_ledger is not None:
+            suffix = f"; run {run_ledger.run_id}; ledger {run_ledger.path} via {run_ledger.writer}"
+        summary = f"{done} of {len(planned)} groups {verb}{suffix}"
+    else:
+        summary = f"{done} of {len(planned)} groups would be {verb}"
+        summary += " (dry run; re-run with --execute)"
+    print_summary(summary, "csv" if export else fmt)
+    return EXIT_OK if not failed else EXIT_INCOMPLETE
