@@ -82,7 +82,9 @@ def run(bootstrap: str, *args: str, timeout_s: float = 120) -> ToolRun:
     return ToolRun(tuple(args), done.returncode, done.stdout, done.stderr)
 
 
-def run_many(bootstrap: str, invocations: Sequence[Sequence[str]], workers: int = 3) -> list[ToolRun]:
+def run_many(
+    bootstrap: str, invocations: Sequence[Sequence[str]], workers: int = 3
+) -> list[ToolRun]:
     """Several independent invocations at once (each is mostly JVM start-up)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda a: run(bootstrap, *a), invocations))
