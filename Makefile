@@ -41,7 +41,8 @@ test: install
 	$(PY) -m pytest -q -p no:cacheprovider -m 'not cluster and not faults and not slow'
 
 # Suites that start JVMs of their own beside the shared clusters and Spark session: TLS and
-# SASL clusters, a cluster whose log cleaner runs every second, a delta-spark driver (`make test` stays within 10 minutes without them).
+# SASL clusters, a cluster whose log cleaner runs every second, a delta-spark driver, the real
+# kafka-consumer-groups (`make test` stays within 10 minutes without them).
 test-slow: install
 	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and not cluster and not faults'
 

@@ -23,7 +23,8 @@ from ferry.testing.produce import Record, commit_offsets, create_topics, delete_
 
 from .jobrunner import join_group, run_job
 
-pytestmark = pytest.mark.integration
+# Seventeen tool JVMs and a describe: 1.5-3 minutes on a shared 2-core machine, so `slow`.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MINUTE = 60_000
 NOW_MS = int(time.time() * 1000)
