@@ -41,8 +41,14 @@ test: install
 	$(PY) -m pytest -q -p no:cacheprovider -m 'not cluster and not faults and not slow'
 
 # Suites that start JVMs of their own beside the shared clusters and Spark session: TLS and
-# SASL clusters, a cluster whose log cleaner runs every second, a delta-spark driver (`make test` stays within 10 minutes without them).
+# SASL clusters, a cluster whose log cleaner runs every second, a delta-spark driver, the real
+# kafka-consumer-groups (`make test` stays within 10 minutes without them).
+# Burrow (the oracle for lag-status, tests/integration/test_burrow.py) is Debian's package,
+# installed here when missing (as root), and watches a Kafka 3.9 cluster (Burrow 1.2.1 cannot
+# talk to Kafka 4), whose jars are fetched once like 4.3.1's.
 test-slow: install
+	@command -v Burrow >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q burrow; }
+	$(PY) -m ferry.testing.artifacts kafka-3.9
 	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and not cluster and not faults'
 
 # A Spark standalone master and worker started from the installed PySpark, running a job

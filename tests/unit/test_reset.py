@@ -34,6 +34,15 @@ def test_to_earliest_latest_current():
     assert offsets("to_current") == {("t", 0): (40, None), ("t", 1): (50, None)}
 
 
+def test_to_current_keeps_a_committed_offset_outside_the_log():
+    """As the stock tool: --to-current is the committed offset unchanged (the backup recipe
+    exports it), noted when outside the log, never clamped."""
+    low = resolve_targets("g", "to_current", None, [("t", 0)], {("t", 0): 3}, BOUNDS)
+    assert [(t.new_offset, t.note) for t in low] == [(3, "kept 3, below log start 10")]
+    high = resolve_targets("g", "to_current", None, [("t", 1)], {("t", 1): 60}, BOUNDS)
+    assert [(t.new_offset, t.note) for t in high] == [(60, "kept 60, past log end 50")]
+
+
 def test_to_offset_is_clamped_on_both_ends_and_says_so():
     assert offsets("to_offset", 5) == {
         ("t", 0): (10, "clamped from 5 to log start 10"),
@@ -115,7 +124,8 @@ def test_parse_scope():
 
 def test_scoped_partitions():
     topics = {"t": 2, "u": 1, "v": 3}
-    assert scoped_partitions(None, COMMITTED, topics) == [("t", 0), ("t", 1), ("u", 0)]
+    # --all-topics: the committed partitions only (t[1] has no commit), as the stock tool
+    assert scoped_partitions(None, COMMITTED, topics) == [("t", 0), ("u", 0)]
     assert scoped_partitions({"v": None}, COMMITTED, topics) == [("v", 0), ("v", 1), ("v", 2)]
     assert scoped_partitions({"v": (2,)}, COMMITTED, topics) == [("v", 2)]
     with pytest.raises(ResetError, match="topic w does not exist"):

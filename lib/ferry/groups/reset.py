@@ -2,14 +2,19 @@
 
 What a spec means (the stock tool's behaviour, which Ferry keeps):
 - `--to-earliest` / `--to-latest`: the partition's log start / log end.
-- `--to-current`: the committed offset; a partition without one goes to log end.
+- `--to-current`: the committed offset, as it is (not clamped: exporting it is the stock
+  backup recipe, and a backup must restore what was there; one outside [log start, log end]
+  is noted); a partition without one goes to log end.
 - `--to-offset N`: N. `--shift-by N`: committed + N (a partition without a committed offset
   cannot be shifted: the group is not reset, naming the partition).
 - `--to-datetime T` / `--by-duration D` (T = now - D): the first record whose timestamp is at
   or after T; log end when no record is that new. A datetime without a zone is UTC.
 - `--from-file CSV`: the offsets in the file.
-Every target is then clamped into [log start, log end], and each clamp is reported in the
-plan's `note` rather than applied silently.
+Every other target is then clamped into [log start, log end], and each clamp is reported in
+the plan's `note` rather than applied silently.
+Scope: `--all-topics` is the partitions the group has committed offsets for; `--topic T` all
+of T's partitions; `--topic T:0,2` those (tests/integration/test_conformance.py holds all of
+this to the real tool).
 
 CSV, both ways, no header: `topic,partition,offset` for one group, `group,topic,partition,offset`
 for several. A malformed line is rejected with its line number.
@@ -212,6 +217,15 @@ def clamp(offset: int, log_start: int, log_end: int) -> tuple[int, str | None]:
     return offset, None
 
 
+def _outside(offset: int, log_start: int, log_end: int) -> str | None:
+    """A note for a committed offset kept as it is although outside the log."""
+    if offset < log_start:
+        return f"kept {offset}, below log start {log_start}"
+    if offset > log_end:
+        return f"kept {offset}, past log end {log_end}"
+    return None
+
+
 def resolve_targets(
     group: str,
     spec: ResetSpec | str,
@@ -258,7 +272,10 @@ def resolve_targets(
             wanted = log_end if found is None else found
         else:
             wanted = value[key]  # type: ignore[index]
-        new_offset, note = clamp(wanted, log_start, log_end)
+        if spec == "to_current" and current is not None:
+            new_offset, note = current, _outside(current, log_start, log_end)
+        else:
+            new_offset, note = clamp(wanted, log_start, log_end)
         targets.append(Target(group, topic, partition, current, new_offset, note))
     return targets
 
@@ -268,14 +285,11 @@ def scoped_partitions(
     committed: Mapping[TopicPartitionKey, int],
     topic_partitions: Mapping[str, int],
 ) -> list[TopicPartitionKey]:
-    """The partitions a reset covers. `scope` None means --all-topics: every partition of every
-    topic the group has committed offsets for (as the stock tool does); `--topic T` means all
-    of T's partitions; `--topic T:0,1` those partitions."""
+    """The partitions a reset covers. `scope` None means --all-topics: the partitions the
+    group has committed offsets for (the stock tool's, not every partition of those topics);
+    `--topic T` means all of T's partitions; `--topic T:0,1` those partitions."""
     if scope is None:
-        topics = {t for t, _ in committed}
-        return sorted(
-            (t, p) for t in topics for p in range(topic_partitions.get(t, 0))
-        ) or sorted(committed)
+        return sorted(committed)
     out = []
     for topic, partitions in scope.items():
         if topic not in topic_partitions:

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ferry.testing.artifacts import KAFKA, classpath
+from ferry.testing.artifacts import KAFKA, ArtifactSet, classpath
 from ferry.testing.proxy import FaultProxy
 
 # Small heaps and few threads: two or three clusters, Spark and the tests share two cores.
@@ -88,6 +88,7 @@ class LocalBroker:
     started_at: float = field(default_factory=time.time)
     proxy: FaultProxy | None = None  # when set, clients reach the cluster only through it
     client_settings: dict[str, str] = field(default_factory=dict)  # TLS/SASL, when secured
+    artifacts: ArtifactSet = KAFKA  # which Kafka (KAFKA_39 for the one suite that needs 3.9)
 
     @property
     def port(self) -> int:
@@ -199,14 +200,14 @@ def _log4j(folder: Path) -> Path:
     return path
 
 
-def _java(folder: Path, main: str, *args: str) -> list[str]:
+def _java(folder: Path, main: str, *args: str, artifacts: ArtifactSet = KAFKA) -> list[str]:
     return [
         "java",
         *JVM_OPTIONS,
         f"-Dlog4j2.configurationFile={folder / 'log4j2.properties'}",
         *(os.environ.get("FERRY_BROKER_JVM_OPTS", "").split()),
         "-cp",
-        classpath(KAFKA),
+        classpath(artifacts),
         main,
         *args,
     ]
@@ -219,7 +220,12 @@ def _properties_path(cluster: LocalBroker, node: KafkaNode) -> Path:
 def _launch(cluster: LocalBroker, node: KafkaNode) -> subprocess.Popen:
     with open(cluster.log_path, "ab") as log_file:
         return subprocess.Popen(
-            _java(cluster.folder, "kafka.Kafka", str(_properties_path(cluster, node))),
+            _java(
+                cluster.folder,
+                "kafka.Kafka",
+                str(_properties_path(cluster, node)),
+                artifacts=cluster.artifacts,
+            ),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -263,11 +269,13 @@ def start_broker(
     nodes: int = 1,
     settings: Mapping[str, str] | None = None,
     security: object | None = None,
+    artifacts: ArtifactSet = KAFKA,
 ) -> LocalBroker:
     """Start a fresh local Apache Kafka cluster of `nodes` combined nodes.
 
     `settings` adds broker settings (e.g. `log.cleaner.backoff.ms`); `security` is a
-    `ferry.testing.security.Security` whose listener and client settings the cluster uses."""
+    `ferry.testing.security.Security` whose listener and client settings the cluster uses;
+    `artifacts` another Kafka version (`ferry.testing.artifacts.KAFKA_39`)."""
     if proxied and nodes != 1:
         raise BrokerError("a proxied cluster has one node (the proxy stands for one broker)")
     base = Path(log_dir) if log_dir else None
@@ -280,6 +288,7 @@ def start_broker(
         [KafkaNode(i + 1, free_port(), free_port(), free_port()) for i in range(nodes)],
         folder,
         folder / f"{name}.log",
+        artifacts=artifacts,
     )
     extra = dict(settings or {})
     protocol = "PLAINTEXT"
@@ -326,6 +335,7 @@ def _format(cluster: LocalBroker, extra_args: tuple[str, ...] = ()) -> None:
                 "-c",
                 str(_properties_path(cluster, node)),
                 *extra_args,
+                artifacts=cluster.artifacts,
             ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
