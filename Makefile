@@ -42,7 +42,8 @@ test: install
 
 # Suites that start JVMs of their own beside the shared clusters and Spark session: TLS and
 # SASL clusters, a cluster whose log cleaner runs every second, a delta-spark driver, the real
-# kafka-consumer-groups (`make test` stays within 10 minutes without them).
+# kafka-consumer-groups, and the overview notebook run top to bottom (`make test` stays within
+# 10 minutes without them).
 # Burrow (the oracle for lag-status, tests/integration/test_burrow.py) is Debian's package,
 # installed here when missing (as root), and watches a Kafka 3.9 cluster (Burrow 1.2.1 cannot
 # talk to Kafka 4), whose jars are fetched once like 4.3.1's.

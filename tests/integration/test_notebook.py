@@ -27,7 +27,9 @@ from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ..unit.test_overview import overlapping_texts
 from .jobrunner import ROOT, run_job
 
-pytestmark = pytest.mark.integration
+# About eleven spark-submit runs and the notebook's own kernel: `make test-slow`, so that
+# `make test` stays within 10 minutes.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NOTEBOOK = ROOT / "notebooks" / "ferry_overview.ipynb"
 BEHIND = 4  # records the translated offset lies behind the exact one
