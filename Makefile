@@ -19,7 +19,7 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q -e '.[test]'
 	@# Apache Kafka's jars for the test and demo clusters, fetched once into ~/.cache/ferry
 	@# (FERRY_CACHE moves it; FERRY_MAVEN_MIRROR resolves from a company mirror instead).
-	$(PY) -m ferry.testing.artifacts kafka
+	$(PY) -m ferry.testing.artifacts kafka mm2
 	@touch $(STAMP)
 
 # What spark-submit.sh ships to a non-local master: the library zip and a self-contained

@@ -49,7 +49,18 @@ KAFKA = ArtifactSet(
     ),
 )
 
-SETS = {"kafka": KAFKA}
+# MirrorMaker 2 in dedicated mode (`org.apache.kafka.connect.mirror.MirrorMaker`): the tests'
+# and the demo's replicator and offset translator (`ferry.testing.mm2`).
+MM2 = ArtifactSet(
+    f"mm2-{KAFKA_VERSION}",
+    (
+        ("org.apache.kafka", "connect-mirror", KAFKA_VERSION),
+        ("org.apache.kafka", "connect-runtime", KAFKA_VERSION),
+        ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+    ),
+)
+
+SETS = {"kafka": KAFKA, "mm2": MM2}
 
 
 class ArtifactError(RuntimeError):

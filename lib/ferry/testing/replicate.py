@@ -140,7 +140,12 @@ def _read(
         while todo:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic}: partitions {sorted(todo)} not read to end")
-            for msg in consumer.consume(1000, 0.5):
+            batch = consumer.consume(1000, 0.5)
+            if not batch:  # a transaction marker can be a partition's last offset
+                for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
+                    if tp.offset >= todo[tp.partition]:
+                        del todo[tp.partition]
+            for msg in batch:
                 if msg.error() is not None:
                     raise RuntimeError(f"reading {topic}: {msg.error()}")
                 p, offset = msg.partition(), msg.offset()
