@@ -54,9 +54,7 @@ def choose(syncs: list[int], rng: random.Random) -> dict[str, int]:
     inner = sorted(s for s in syncs if 0 < s < N - 2)
     assert inner, f"MM2 wrote no offset sync inside the partition: {syncs}"
     at = inner[len(inner) // 2]
-    between = next(
-        (o for o in range(at + 1, N - 1) if o not in syncs), at + 1
-    )
+    between = next((o for o in range(at + 1, N - 1) if o not in syncs), at + 1)
     return {"at": at, "between": between, "random": rng.randrange(1, N)}
 
 
@@ -69,8 +67,9 @@ def world(request, clusters, tmp_path_factory):
     create_topics(src.config, {orders: 3, tx: 1, late: 1})
     rng = random.Random(29)
     tmp = tmp_path_factory.mktemp(f"mm2-{request.param}")
-    with mirror_maker(src, dst, f"{u}-.*", f"{u}-.*", identity=identity, offset_lag_max=LAG,
-                      log_dir=tmp) as mm:
+    with mirror_maker(
+        src, dst, f"{u}-.*", f"{u}-.*", identity=identity, offset_lag_max=LAG, log_dir=tmp
+    ) as mm:
         # Produced while MM2 runs, a chunk at a time, as a live topic is: MM2 writes offset
         # syncs as it copies (a backlog copied in one batch would leave only the first and last)
         for start in range(0, N, CHUNK):
@@ -110,23 +109,33 @@ def world(request, clusters, tmp_path_factory):
         tmp, src, dst, u, topics={"rename": rename}, reader={"timeout_ms": 10000}
     )
     return {
-        "u": u, "mm": mm, "src": src, "dst": dst, "config": config, "source": source,
-        "syncs": syncs, "at": at, "topics": (orders, tx, late),
+        "u": u,
+        "mm": mm,
+        "src": src,
+        "dst": dst,
+        "config": config,
+        "source": source,
+        "syncs": syncs,
+        "at": at,
+        "topics": (orders, tx, late),
+        "reads": {},
     }
+
+
+def records_of(world, side: str, topic: str, partition: int) -> list:
+    """One partition's records on "src" or "dst" (the remote topic), read once per state of
+    the clusters (`world["reads"]` is emptied when records are produced)."""
+    name = topic if side == "src" else world["mm"].remote_topic(topic)
+    if (side, name) not in world["reads"]:
+        world["reads"][(side, name)] = read_all(world[side].config, name)
+    return [r for r in world["reads"][(side, name)] if r.partition == partition]
 
 
 def next_copy(world, topic: str, partition: int, committed: int) -> tuple[int | None, list]:
     """The destination offset of the copy of the source record at or after `committed` (found
     by value), or None if MM2 has not copied it; and the destination partition's records."""
-    mm = world["mm"]
-    following = [
-        r for r in read_all(world["src"].config, topic)
-        if r.partition == partition and r.offset >= committed
-    ]
-    copies = [
-        r for r in read_all(world["dst"].config, mm.remote_topic(topic))
-        if r.partition == partition
-    ]
+    following = [r for r in records_of(world, "src", topic, partition) if r.offset >= committed]
+    copies = records_of(world, "dst", topic, partition)
     where = {r.value: r.offset for r in copies}
     return where.get(following[0].value), copies
 
@@ -150,10 +159,7 @@ def check_reads_on(world, group: str) -> None:
     group's committed offset on, in order (key, value, timestamp)."""
     mm = world["mm"]
     for (topic, p), committed in world["source"][group].items():
-        want = [
-            r.content for r in read_all(world["src"].config, topic)
-            if r.partition == p and r.offset >= committed
-        ]
+        want = [r.content for r in records_of(world, "src", topic, p) if r.offset >= committed]
         got = [
             r.content
             for r in consume_from_committed(world["dst"].config, group, mm.remote_topic(topic))
@@ -195,8 +201,9 @@ def test_audit_counts_mm2_translation_then_migrate_lands_exactly(world):
     before = committed_offsets(world["dst"].config, late_group)
 
     # MM2 back: it copies the rest and moves the late group forward itself, behind again
-    with mirror_maker(world["src"], world["dst"], f"{u}-.*", f"{u}-.*",
-                      identity=mm.identity, offset_lag_max=LAG) as again:
+    with mirror_maker(
+        world["src"], world["dst"], f"{u}-.*", f"{u}-.*", identity=mm.identity, offset_lag_max=LAG
+    ) as again:
         wait_replicated(again, [late_topic])
         remote = (again.remote_topic(late_topic), 0)
         deadline = time.monotonic() + 120
@@ -204,6 +211,7 @@ def test_audit_counts_mm2_translation_then_migrate_lands_exactly(world):
             assert time.monotonic() < deadline, "MM2 did not move the late group"
             time.sleep(0.5)
         wait_synced(again, {late_group: [(late_topic, 0)]})
+    world["reads"].clear()
     row = audit_rows(world)["rows"][(late_group, remote[0], 0)]
     exact, copies = next_copy(world, late_topic, 0, 45)
     assert row["exact_offset"] == exact is not None

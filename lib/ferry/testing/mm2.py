@@ -50,13 +50,14 @@ OFFSET_SYNCS_TOPIC = "mm2-offset-syncs.destination.internal"  # on the source cl
 JVM_OPTIONS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 
 # Every interval short: checkpoints and group syncs each second, topics and groups found each
-# second, source offsets flushed (and the latest record's offset sync sent) each second.
+# second, source offsets flushed (and the latest record's offset sync sent) each second. A
+# worker setting is read from the target cluster's prefix (MirrorMakerConfig.workerConfig).
 INTERVALS = {
     "emit.checkpoints.interval.seconds": "1",
     "sync.group.offsets.interval.seconds": "1",
     "refresh.topics.interval.seconds": "1",
     "refresh.groups.interval.seconds": "1",
-    "offset.flush.interval.ms": "1000",
+    "destination.offset.flush.interval.ms": "1000",
 }
 # One node per test cluster: every internal topic with one replica.
 REPLICATION = {
@@ -234,13 +235,14 @@ def wait_replicated(
     timeout_s: float = 120,
 ) -> None:
     """Until each source partition's records are on the destination: the remote partition's
-    end offset reaches `records[(topic, partition)]`, by default the source's end offset (the
-    record count of a topic without transaction markers; a transactional topic passes its
-    record count, as MM2 copies records, not markers)."""
+    end offset reaches `records[(topic, partition)]`, by default the source's end minus its
+    log start (the record count of a topic without transaction markers, all of which MM2
+    copies to a destination it created; a transactional topic passes its record count, as MM2
+    copies records, not markers)."""
     wanted: dict[tuple[str, int], int] = {}
     for topic in topics:
-        for p, end in end_offsets(mm.source.config, topic).items():
-            wanted[(topic, p)] = (records or {}).get((topic, p), end)
+        for p, (low, high) in _watermarks(mm.source.config, topic).items():
+            wanted[(topic, p)] = (records or {}).get((topic, p), high - low)
     deadline = time.monotonic() + timeout_s
     missing: dict[tuple[str, int], int] = dict(wanted)
     while missing:
@@ -261,6 +263,20 @@ def wait_replicated(
                 f"{mm.log_tail(8)}"
             )
         time.sleep(0.5)
+
+
+def _watermarks(config: Mapping[str, str], topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (log start, log end) of `topic`."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    ends = end_offsets(config, topic)  # also checks the topic exists
+    consumer = Consumer({**config, "group.id": "ferry-testing-mm2-watermarks"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in ends
+        }
+    finally:
+        consumer.close()
 
 
 def _destination_offsets(
