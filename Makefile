@@ -66,6 +66,7 @@ bench: install
 	$(PY) bench/audit_bench.py
 	$(PY) bench/busy_bench.py
 	$(PY) bench/reconcile_bench.py --records 20000 --scenario traffic groups wide
+	$(PY) bench/mm2_bench.py
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -250,7 +250,7 @@ def wait_replicated(
         for topic in {t for t, _ in missing}:
             try:
                 ends = end_offsets(mm.destination.config, mm.remote_topic(topic), timeout_s=5)
-            except RuntimeError:  # the remote topic is not created yet
+            except Exception:  # noqa: BLE001 - the remote topic not created, or no leader yet
                 continue
             for p, end in ends.items():
                 if (topic, p) in missing and end >= missing[(topic, p)]:
