@@ -19,7 +19,7 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q -e '.[test]'
 	@# Apache Kafka's jars for the test and demo clusters, fetched once into ~/.cache/ferry
 	@# (FERRY_CACHE moves it; FERRY_MAVEN_MIRROR resolves from a company mirror instead).
-	$(PY) -m ferry.testing.artifacts kafka
+	$(PY) -m ferry.testing.artifacts kafka mm2
 	@touch $(STAMP)
 
 # What spark-submit.sh ships to a non-local master: the library zip and a self-contained
@@ -73,6 +73,7 @@ bench: install
 	$(PY) bench/audit_bench.py
 	$(PY) bench/busy_bench.py
 	$(PY) bench/reconcile_bench.py --records 20000 --scenario traffic groups wide
+	$(PY) bench/mm2_bench.py
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -1,10 +1,12 @@
 """`make demo`: a whole cutover on two local brokers, every job run through `spark-submit.sh`.
 
-A source cluster with several topics and consumer groups; a destination that a replicator
-(simulated here, MirrorMaker 2 style: `src.` topic prefix, its own provenance header, original
-timestamps) started copying from a later offset, so every offset differs between the two; a run
-of identical records sharing one millisecond right where a group stopped. The replicator also
-synced two groups' offsets the way MM2 does, at its offset-sync points: behind.
+A source cluster with several topics and consumer groups; a destination that real MirrorMaker 2
+(Apache Kafka's own, dedicated mode, default policy: `source.` topic prefix, original
+timestamps; `ferry.testing.mm2`) copies to while the records are produced. Its first 30
+records per partition were deleted on the source before MM2 started (retention had taken
+them), so MM2 copied from offset 30 and every offset differs between the two; a run of
+identical records sharing one millisecond sits right where a group stopped. MM2 also synced two
+groups' offsets itself (`sync.group.offsets.enabled`), translated from its offset syncs: behind.
 
 Then, one line per step: an `audit` of those translations (records that would be delivered
 again), a `migrate` dry run (its plan printed), `--execute`, the next scheduled `--execute`
@@ -28,12 +30,13 @@ from pathlib import Path
 
 from ferry import kafka
 from ferry.testing.brokers import local_brokers
-from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.mm2 import mirror_maker, wait_replicated, wait_synced
+from ferry.testing.produce import Record, commit_offsets, create_topics, delete_records, produce
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPICS = {"orders": 4, "payments": 2, "clicks": 2}
 RECORDS_PER_PARTITION = 120
-REPLICATED_FROM = 30  # the replicator started here: destination offset = source offset - 30
+REPLICATED_FROM = 30  # MM2 started here: destination offset = source offset - 30
 GROUPS = {
     # group: {(topic, partition): committed offset}
     "billing": {("orders", p): 98 for p in range(4)} | {("payments", 0): 60, ("payments", 1): 120},
@@ -41,10 +44,12 @@ GROUPS = {
     "fraud": {("payments", 0): 31, ("payments", 1): 77},
 }
 IDENTICAL_RUN = range(94, 101)  # offsets of identical records sharing one millisecond
-# MM2 records an offset sync every so many records and translates a group's offset to the
-# last sync at or before it; fraud was not synced yet.
+# MM2 writes an offset sync about every so many records (offset.lag.max) and translates a
+# group's offset from the last sync it kept at or before it; fraud is not among the groups it
+# syncs (MM2's `groups` setting).
 SYNC_EVERY = 25
 SYNCED_GROUPS = ("billing", "analytics")
+CHUNK = 15  # records produced per partition at a time while MM2 copies
 # After the cutover the consumers start on the destination: records each reads per partition
 # between two lag snapshots (fraud's consumer has not started).
 READ_PER_SNAPSHOT = {"billing": 12, "analytics": 40, "fraud": 0}
@@ -66,13 +71,8 @@ def source_records(topic: str, partition: int, base_ms: int) -> list[Record]:
 
 
 def exact(offsets: Offsets) -> dict[tuple[str, int], int]:
-    """Where a perfect migration puts a group: the same record on the `src.` copy."""
-    return {(f"src.{t}", p): c - REPLICATED_FROM for (t, p), c in offsets.items()}
-
-
-def mm2_translation(offsets: Offsets) -> dict[tuple[str, int], int]:
-    """What MM2 commits for a group: the destination offset of the last sync at or before it."""
-    return {tp: o - o % SYNC_EVERY for tp, o in exact(offsets).items()}
+    """Where a perfect migration puts a group: the same record on the `source.` copy."""
+    return {(f"source.{t}", p): c - REPLICATED_FROM for (t, p), c in offsets.items()}
 
 
 class Demo:
@@ -151,28 +151,40 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
     dst_conf = {**dest.config, "log_level": "4"}
     base_ms = int(time.time() * 1000) - 3_600_000
     create_topics(src_conf, TOPICS)
-    create_topics(dst_conf, {f"src.{t}": n for t, n in TOPICS.items()})
-    total = 0
-    for topic, partitions in TOPICS.items():
-        for p in range(partitions):
-            records = source_records(topic, p, base_ms)
-            produce(src_conf, topic, p, records)
-            replicated = [
-                Record(r.key, r.value, r.timestamp_ms, (("mm2-source", b"source"),))
-                for r in records[REPLICATED_FROM:]
-            ]
-            produce(dst_conf, f"src.{topic}", p, replicated)
-            total += len(records)
-    for group, offsets in GROUPS.items():
-        commit_offsets(src_conf, group, offsets)
-    for group in SYNCED_GROUPS:
-        synced = mm2_translation(GROUPS[group])
-        commit_offsets(dst_conf, group, synced)
+    partitions = [(t, p) for t, n in TOPICS.items() for p in range(n)]
+    records = {(t, p): source_records(t, p, base_ms) for t, p in partitions}
+    for (topic, p), recs in records.items():
+        produce(src_conf, topic, p, recs[:REPLICATED_FROM])
+    delete_records(src_conf, {tp: REPLICATED_FROM for tp in partitions})
     print(
-        f"demo: {total} records on the source, replicated from offset {REPLICATED_FROM}; "
-        f"{len(GROUPS)} stopped groups; orders has {len(IDENTICAL_RUN)} identical records "
-        "in one millisecond right before billing's position; MM2-style offset syncs (every "
-        f"{SYNC_EVERY} records) committed {' and '.join(SYNCED_GROUPS)} on the destination"
+        f"demo: starting MirrorMaker 2 (source -> destination, offset syncs about every "
+        f"{SYNC_EVERY} records, groups {' and '.join(SYNCED_GROUPS)} synced)"
+    )
+    with mirror_maker(
+        source,
+        dest,
+        "|".join(TOPICS),
+        "|".join(SYNCED_GROUPS),
+        offset_lag_max=SYNC_EVERY,
+        log_dir=work / "logs",
+    ) as mm:
+        # Produced while MM2 copies, a chunk at a time, as live topics are (a backlog copied in
+        # one batch leaves MM2 few offset syncs to translate from)
+        for start in range(REPLICATED_FROM, RECORDS_PER_PARTITION, CHUNK):
+            for (topic, p), recs in records.items():
+                produce(src_conf, topic, p, recs[start : start + CHUNK])
+            wait_replicated(mm, list(TOPICS))
+        for group, offsets in GROUPS.items():
+            commit_offsets(src_conf, group, offsets)
+        wait_synced(mm, {g: list(GROUPS[g]) for g in SYNCED_GROUPS})
+    # Stopped before the cutover's jobs run, so MM2 moves no offset under them.
+    total = sum(len(r) for r in records.values())
+    print(
+        f"demo: {total} records on the source, {total - REPLICATED_FROM * len(partitions)} "
+        f"copied by MirrorMaker 2 from offset {REPLICATED_FROM}; {len(GROUPS)} stopped groups; "
+        f"orders has {len(IDENTICAL_RUN)} identical records in one millisecond right before "
+        f"billing's position; MM2 synced {' and '.join(SYNCED_GROUPS)} on the destination, "
+        "then was stopped"
     )
     paths = {
         name: work / name
@@ -268,10 +280,9 @@ def write_configs(
             topics:
               rename:
                 - match: '^(.*)$'
-                  replace: 'src.\\1'
+                  replace: 'source.\\1'
             matching:
               hash: [key, value, headers]
-              ignore_headers: [mm2-source]
             ledger:
               path: {paths["ledger"]}
             audit:

@@ -41,7 +41,8 @@ def test_every_test_cluster_is_apache_kafka(cluster, clusters):
 
 def test_the_testing_package_starts_only_kafka_jvms():
     """Every process `ferry.testing` starts is a `java` command built by `brokers._java`
-    (Kafka's main classes on Kafka's classpath); a test fails if a module starts anything else."""
+    (Kafka's main classes on Kafka's classpath) or MirrorMaker 2's (`mm2.py`, on the `mm2`
+    set's classpath); a test fails if a module starts anything else."""
     launches = []
     for path in sorted(TESTING.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -56,6 +57,7 @@ def test_the_testing_package_starts_only_kafka_jvms():
         ("brokers.py", "_java("),  # kafka.Kafka and kafka.tools.StorageTool
         ("artifacts.py", "command"),  # java -jar ivy.jar: fetches the jars, starts no broker
         ("security.py", "['openssl'"),  # test certificates
+        ("mm2.py", "command"),  # java ... org.apache.kafka.connect.mirror.MirrorMaker
     }
     for name, first in launches:
         assert any(name == a and first.startswith(b) for a, b in allowed), (name, first)

@@ -57,7 +57,18 @@ KAFKA_39 = ArtifactSet(
     f"kafka-{KAFKA_39_VERSION}", (("org.apache.kafka", "kafka_2.13", KAFKA_39_VERSION),)
 )
 
-SETS = {"kafka": KAFKA, "kafka-3.9": KAFKA_39}
+# MirrorMaker 2 in dedicated mode (`org.apache.kafka.connect.mirror.MirrorMaker`): the tests'
+# and the demo's replicator and offset translator (`ferry.testing.mm2`).
+MM2 = ArtifactSet(
+    f"mm2-{KAFKA_VERSION}",
+    (
+        ("org.apache.kafka", "connect-mirror", KAFKA_VERSION),
+        ("org.apache.kafka", "connect-runtime", KAFKA_VERSION),
+        ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+    ),
+)
+
+SETS = {"kafka": KAFKA, "mm2": MM2, "kafka-3.9": KAFKA_39}
 
 
 class ArtifactError(RuntimeError):

@@ -1,5 +1,13 @@
-"""A test-side replicator that re-partitions a topic like MirrorMaker 2 or Confluent Replicator
-copying into a destination topic with another partition count.
+"""A test-side replicator, only for what real MirrorMaker 2 cannot stage: identical records of
+one millisecond spread over other partitions or copied twice (MM2 copies a run of them as it
+is, in order: the demo stages that with MM2), timestamps rewritten (log-append time), a
+destination with another partition count (re-partitioned records), records reordered.
+Everything MM2 can stage is staged with MM2 itself (`ferry.testing.mm2`,
+tests/integration/test_mm2.py, `make demo`). Its readers (`read_all`, `end_offsets`,
+`committed_offsets`, `consume_from_committed`) are plain consumers every test uses.
+
+It re-partitions a topic like MirrorMaker 2 or Confluent Replicator copying into a destination
+topic with another partition count.
 
 Keyed records go where the Java client's default partitioner puts them (`murmur2(key)`, made
 positive, modulo the partition count); records without a key go round-robin. Timestamps
@@ -140,7 +148,12 @@ def _read(
         while todo:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic}: partitions {sorted(todo)} not read to end")
-            for msg in consumer.consume(1000, 0.5):
+            batch = consumer.consume(1000, 0.5)
+            if not batch:  # a transaction marker can be a partition's last offset
+                for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
+                    if tp.offset >= todo[tp.partition]:
+                        del todo[tp.partition]
+            for msg in batch:
                 if msg.error() is not None:
                     raise RuntimeError(f"reading {topic}: {msg.error()}")
                 p, offset = msg.partition(), msg.offset()

@@ -1,0 +1,163 @@
+"""Ferry against MirrorMaker 2's translation, on one cutover replicated by real MM2.
+
+World: one topic of PARTITIONS (48) partitions on a local source cluster, RECORDS (20,000)
+unique records per partition, produced in chunks while MirrorMaker 2 (Apache Kafka's own,
+`ferry.testing.mm2`, default policy and MM2's default `offset.lag.max` of 100) copies them to
+a local destination. GROUPS (200) groups, each stopped at a random offset of every partition,
+committed on the source; MM2 syncs them to the destination; MM2 is stopped.
+
+Counted by consuming (never with `audit`): every destination partition is read once and each
+group's next source record is found there by content; per group partition, the records between
+MM2's committed offset and that one are what a consumer of MM2's translation would receive
+again (behind) or skip (ahead). Then `./spark-submit.sh migrate --execute` (wall time) and the
+same count on Ferry's offsets (zero expected), beside the raw-client floor measured in the same
+run: a plain confluent-kafka program that reads every destination partition once, finds each
+group's record by content and commits the 200 groups (what any exact migration must do).
+Exit 1 when a run fails or Ferry's offsets deliver any record again or skip one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from many_groups_bench import run_job  # noqa: E402
+from world import BulkProducer, commit_all  # noqa: E402
+
+from ferry.kafka.cluster import Cluster  # noqa: E402
+from ferry.testing.brokers import local_brokers  # noqa: E402
+from ferry.testing.mm2 import mirror_maker, wait_replicated, wait_synced  # noqa: E402
+from ferry.testing.produce import create_topics  # noqa: E402
+from ferry.testing.replicate import committed_offsets, read_all  # noqa: E402
+
+TOPIC = "mmb-orders"
+PARTITIONS = 48
+RECORDS = 20_000
+GROUPS = 200
+CHUNKS = 4  # produced while MM2 copies, as a live topic is
+
+
+def value(p: int, i: int) -> bytes:
+    return f"{p}/{i}".encode()
+
+
+def build(src, dst, work: Path, groups: dict) -> dict:  # noqa: ANN001 - LocalBrokers
+    """Produce while MM2 copies, commit the groups, let MM2 sync them; MM2's offsets."""
+    base = int(time.time() * 1000) - 3_600_000
+    create_topics(src.config, {TOPIC: PARTITIONS})
+    with mirror_maker(src, dst, "mmb-.*", "mmb-.*", log_dir=work) as mm:
+        step = RECORDS // CHUNKS
+        for start in range(0, RECORDS, step):
+            producer = BulkProducer(src.config)
+            for p in range(PARTITIONS):
+                for i in range(start, start + step):
+                    producer.produce(TOPIC, f"k{i % 11}".encode(), value(p, i), p, base + i)
+            producer.flush()
+            wait_replicated(mm, [TOPIC], timeout_s=600)
+        commit_all(Cluster("source", src.config), groups)
+        parts = {g: list(offsets) for g, offsets in groups.items()}
+        synced = wait_synced(mm, parts, timeout_s=600)
+    return synced
+
+
+def count(dest_index: dict, groups: dict, committed: dict) -> tuple[int, int, int]:
+    """(records delivered again, records skipped, group partitions off) for `committed`
+    (group -> (remote topic, partition) -> offset), counted on the destination's records."""
+    again = skipped = off = 0
+    for g, offsets in groups.items():
+        for (_, p), c in offsets.items():
+            where, offsets_p = dest_index[p]
+            exact = where[value(p, c)]
+            got = committed[g].get((f"source.{TOPIC}", p))
+            if got is None or got == exact:
+                continue
+            off += 1
+            lo, hi = sorted((got, exact))
+            n = bisect.bisect_left(offsets_p, hi) - bisect.bisect_left(offsets_p, lo)
+            if got < exact:
+                again += n
+            else:
+                skipped += n
+    return again, skipped, off
+
+
+def raw_floor(dst_config: dict, groups: dict) -> float:
+    """A plain program's exact migration: read the destination once, find by content, commit."""
+    t0 = time.monotonic()
+    records = read_all(dst_config, f"source.{TOPIC}", timeout_s=120)
+    where = {(r.partition, r.value): r.offset for r in records}
+    exact = {
+        f"floor-{g}": {(f"source.{TOPIC}", p): where[(p, value(p, c))] for (_, p), c in o.items()}
+        for g, o in groups.items()
+    }
+    commit_all(Cluster("destination", dst_config), exact)
+    return time.monotonic() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", type=int, default=GROUPS)
+    args = parser.parse_args()
+    rng = random.Random(6)
+    groups = {
+        f"mmb-g{i:03d}": {(TOPIC, p): rng.randrange(1, RECORDS - 1) for p in range(PARTITIONS)}
+        for i in range(args.groups)
+    }
+    work = Path(tempfile.mkdtemp(prefix="ferry-mm2-bench-"))
+    with local_brokers("mmb-src", "mmb-dst") as (src, dst):
+        t0 = time.monotonic()
+        mm2_offsets = build(src, dst, work, groups)
+        print(f"world built with MirrorMaker 2 in {time.monotonic() - t0:.0f}s ({work})")
+        records = read_all(dst.config, f"source.{TOPIC}", timeout_s=120)
+        dest_index: dict[int, tuple[dict, list]] = {}
+        for r in records:
+            where, offs = dest_index.setdefault(r.partition, ({}, []))
+            where[r.value] = r.offset
+            offs.append(r.offset)
+        mm2 = count(dest_index, groups, mm2_offsets)
+        config = work / "migrate.yaml"
+        config.write_text(
+            json.dumps(
+                {
+                    "source": {"bootstrap.servers": src.bootstrap},
+                    "destination": {"bootstrap.servers": dst.bootstrap},
+                    "groups": {"include": ["mmb-g.*"]},
+                    "topics": {
+                        "include": ["mmb-.*"],
+                        "rename": [{"match": "^(.*)$", "replace": "source.\\1"}],
+                    },
+                    "ledger": {"path": str(work / "ledger")},
+                }
+            )
+        )
+        code, seconds, peak, tail = run_job(
+            ["migrate", "--config", str(config), "--execute", "--quiet"], work / "execute.out"
+        )
+        ferry_offsets = {g: committed_offsets(dst.config, g) for g in groups}
+        ferry = count(dest_index, groups, ferry_offsets)
+        floor = raw_floor(dst.config, groups)
+    n = len(groups) * PARTITIONS
+    print(f"{len(groups)} groups x {PARTITIONS} partitions ({n} group partitions), {RECORDS} "
+          f"records per partition")  # fmt: skip
+    print(f"MM2's translation: {mm2[0]} records delivered again, {mm2[1]} skipped; "
+          f"{mm2[2]} of {n} group partitions off exact")  # fmt: skip
+    print(f"Ferry (migrate --execute, exit {code}, {seconds:.0f} s, peak {peak:.0f} MiB): "
+          f"{ferry[0]} delivered again, {ferry[1]} skipped, {ferry[2]} off")  # fmt: skip
+    print(f"raw-client floor (read the destination once, find by content, commit): {floor:.0f} s;"
+          f" migrate --execute / floor = {seconds / floor:.1f}x")  # fmt: skip
+    if code != 0:
+        print(tail, file=sys.stderr)
+    return 0 if code == 0 and ferry == (0, 0, 0) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
