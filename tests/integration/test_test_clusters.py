@@ -41,8 +41,9 @@ def test_every_test_cluster_is_apache_kafka(cluster, clusters):
 
 def test_the_testing_package_starts_only_kafka_jvms():
     """Every process `ferry.testing` starts is a `java` command built by `brokers._java`
-    (Kafka's main classes on Kafka's classpath) or MirrorMaker 2's (`mm2.py`, on the `mm2`
-    set's classpath); a test fails if a module starts anything else."""
+    (Kafka's main classes on Kafka's classpath), one of the real peers (MirrorMaker 2, the
+    kafka-consumer-groups tool, Burrow and the ZooKeeper it needs), or openssl and the Ivy
+    fetch; a test fails if a module starts anything else."""
     launches = []
     for path in sorted(TESTING.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -58,6 +59,9 @@ def test_the_testing_package_starts_only_kafka_jvms():
         ("artifacts.py", "command"),  # java -jar ivy.jar: fetches the jars, starts no broker
         ("security.py", "['openssl'"),  # test certificates
         ("mm2.py", "command"),  # java ... org.apache.kafka.connect.mirror.MirrorMaker
+        ("consumer_groups.py", "command("),  # java ... ConsumerGroupCommand (kafka-tools)
+        ("burrow.py", "['java'"),  # ZooKeeperServerMain from Kafka 3.9's jars, for Burrow
+        ("burrow.py", "[BINARY"),  # Debian's Burrow 1.2.1
     }
     for name, first in launches:
         assert any(name == a and first.startswith(b) for a, b in allowed), (name, first)
