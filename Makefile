@@ -46,8 +46,11 @@ test-slow: install
 	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and not cluster and not faults'
 
 # A Spark standalone master and worker started from the installed PySpark, running a job
-# with the packaged environment (see tests/integration/test_cluster.py).
+# with the packaged environment (see tests/integration/test_cluster.py), and a single-node
+# YARN + HDFS (Hadoop's MiniCluster, its jars fetched once into ~/.cache/ferry; see
+# tests/integration/test_yarn.py).
 test-cluster: package
+	$(PY) -m ferry.testing.artifacts hadoop
 	$(PY) -m pytest -q -p no:cacheprovider -m cluster
 
 # Broker faults through a TCP proxy, and several spark-submit runs started at once (~4 min).
