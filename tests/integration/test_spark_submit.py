@@ -313,12 +313,8 @@ def test_jobs_started_together_after_a_library_change_all_start():
     future = time.time() + 2  # newer than any zip built before, whatever the clock's resolution
     os.utime(changed, (future, future))
     jobs = [
-        subprocess.Popen(
-            [str(SCRIPT), "--print-command", "groups", "list"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
+        subprocess.Popen([str(SCRIPT), "--print-command", "groups", "list"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         for _ in range(8)
     ]
     outcomes = [(job.wait(timeout=120), job.stderr.read()) for job in jobs]  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import textwrap
 import time
@@ -37,13 +38,14 @@ def yarn(tmp_path_factory) -> Iterator[Yarn]:
         yield cluster
 
 
-def submit(
+def submit_command(
     yarn: Yarn, tmp_path: Path, *args: str, mode: str = "cluster"
-) -> subprocess.CompletedProcess:
-    """./spark-submit.sh --master yarn --deploy-mode MODE ARGS as a user runs it. Test-only
-    settings: where Spark's jars are on the node (an EMR node has Spark installed), and
-    loopback for Spark in the containers (this machine's name resolves to 127.0.0.1, so
-    Spark would pick another interface's address; executors inherit the AM's SPARK_*)."""
+) -> tuple[list[str], dict[str, str]]:
+    """./spark-submit.sh --master yarn --deploy-mode MODE ARGS as a user runs it, and its
+    environment. Test-only settings: where Spark's jars are on the node (an EMR node has Spark
+    installed), and loopback for Spark in the containers (this machine's name resolves to
+    127.0.0.1, so Spark would pick another interface's address; executors inherit the AM's
+    SPARK_*)."""
     env = {
         **os.environ,
         "HADOOP_CONF_DIR": str(yarn.conf_dir),
@@ -59,6 +61,13 @@ def submit(
         "--driver-memory", "640m", "--executor-memory", "640m", "--num-executors", "1",
         *args,
     ]  # fmt: skip
+    return cmd, env
+
+
+def submit(
+    yarn: Yarn, tmp_path: Path, *args: str, mode: str = "cluster"
+) -> subprocess.CompletedProcess:
+    cmd, env = submit_command(yarn, tmp_path, *args, mode=mode)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
 
 
@@ -146,8 +155,8 @@ def test_cluster_mode_migrate_with_its_ledger_on_hdfs(yarn, clusters, unique, tm
 
 def test_cluster_mode_reset_from_a_csv_and_lag_snapshot(yarn, cluster, unique, tmp_path):
     """groups reset --from-file in cluster mode: the CSV and the config travel with the job
-    (no --files, no path rewriting); exit 0 and the table reach the console. lag-snapshot
-    writes its history to HDFS."""
+    (no --files, no path rewriting); exit 0 and the CSV output reach the console. lag-snapshot
+    (client mode, executors on YARN) writes its history to HDFS."""
     topic, group = f"{unique}-t", f"{unique}-g"
     create_topics(cluster.config, {topic: 2})
     for p in (0, 1):
@@ -175,7 +184,7 @@ def test_cluster_mode_reset_from_a_csv_and_lag_snapshot(yarn, cluster, unique, t
     assert f"{group},{topic},0" in reset.stdout
 
     snapshot = submit(yarn, tmp_path, "--packages", "lag-snapshot", "--config", str(config),
-                      "--group", f"{unique}-.*", "-o", "json")  # fmt: skip
+                      "--group", f"{unique}-.*", "-o", "json", mode="client")  # fmt: skip
     assert snapshot.returncode == 0, snapshot.stderr
     rows = {(r["group"], r["partition"]): r for r in json.loads(snapshot.stdout)}
     assert rows[(group, 0)]["lag"] == 13 and rows[(group, 1)]["lag"] == 9
@@ -183,8 +192,8 @@ def test_cluster_mode_reset_from_a_csv_and_lag_snapshot(yarn, cluster, unique, t
 
 def test_exit_codes_1_and_2_reach_the_submitting_side(yarn, clusters, unique, tmp_path):
     """2: a cluster-mode run whose ledger is on the container's local disk is refused with one
-    line before anything is read or committed (and the same config in client mode runs).
-    1: the source cluster cannot be reached, in cluster mode."""
+    line before anything is read or committed; in client mode a bad setting. 1: the source
+    cluster cannot be reached, in either mode."""
     src, dst = clusters
     want = world(src, dst, unique)
     local = migrate_config(tmp_path / "local.yaml", src, dst, unique, str(tmp_path / "ledger"))
@@ -196,10 +205,73 @@ def test_exit_codes_1_and_2_reach_the_submitting_side(yarn, clusters, unique, tm
     for group in want:
         assert committed(dst, group) == {}, group
 
+    bad = submit(yarn, tmp_path, "migrate", "--config", str(local), "--set", "reader.nope=1",
+                 mode="client")  # fmt: skip
+    assert bad.returncode == 2, bad.stderr
+    [line] = bad.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "nope" in line, bad.stderr
+
     gone = migrate_config(tmp_path / "gone.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
     gone.write_text(gone.read_text().replace(src.bootstrap, f"127.0.0.1:{free_port()}"))
-    lost = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(gone), "--execute")
-    assert lost.returncode == 1, lost.stderr
-    assert lost.stderr.startswith("error: ") and "Traceback" not in lost.stderr, lost.stderr
+    for mode in ("cluster", "client"):
+        lost = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(gone),
+                      "--execute", mode=mode)  # fmt: skip
+        assert lost.returncode == 1, lost.stderr
+        errors = [x for x in lost.stderr.splitlines() if x.startswith("error: ")]
+        assert len(errors) == 1 and "Traceback" not in lost.stderr, lost.stderr
     for group in want:
         assert committed(dst, group) == {}, group
+
+
+def driver_started(yarn: Yarn) -> list[int]:
+    """The application master's JVM, once its Python driver (the job) has started."""
+
+    def cmdline(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            return ""
+
+    pids = yarn.container_pids()
+    if not any("jobs/migrate.py" in cmdline(p) or " migrate.py" in cmdline(p) for p in pids):
+        return []
+    return [p for p in pids if "ApplicationMaster" in cmdline(p)]
+
+
+def test_a_killed_application_master_fails_cleanly_and_the_rerun_is_exact(
+    yarn, clusters, unique, tmp_path
+):
+    """The application master (the driver) killed mid-run: one line, exit 1, on the submitting
+    console (YARN does not run it again: one attempt); the rerun commits exactly."""
+    src, dst = clusters
+    want = world(src, dst, unique)
+    config = migrate_config(tmp_path / "m.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
+    # A run that died after its intent holds its groups for the lease; the rerun comes later.
+    args = ["--packages", "migrate", "--config", str(config), "--execute",
+            "--set", "ledger.lease_ms=5000"]  # fmt: skip
+    cmd, env = submit_command(yarn, tmp_path, *args)
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while not (am := driver_started(yarn)):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the driver never started"
+            time.sleep(0.5)
+        for pid in am:  # the whole container, as YARN kills one: JVM, Python driver
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 1, stderr
+    assert stdout == ""
+    [line] = stderr.splitlines()
+    assert line.startswith("error: the application application_"), stderr
+    assert "ended without recording Ferry's result" in line, stderr
+
+    rerun = submit(yarn, tmp_path, *args)
+    assert rerun.returncode == 75, rerun.stderr
+    for group, offsets in want.items():
+        assert committed(dst, group) == offsets, group
