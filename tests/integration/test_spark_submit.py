@@ -276,7 +276,8 @@ def cluster_doc_commands() -> list[list[str]]:
     """Every `./spark-submit.sh` command in docs/cluster.md ("Running on a cluster")."""
     text = (ROOT / "docs" / "cluster.md").read_text()
     joined = re.sub(r"\\\n\s*", " ", text)
-    return [shlex.split(line)[1:] for line in joined.splitlines() if line.startswith("./spark-")]
+    lines = (line.strip() for line in joined.splitlines())
+    return [shlex.split(line)[1:] for line in lines if line.startswith("./spark-")]
 
 
 def test_the_documented_cluster_commands_need_no_hand_edits():
