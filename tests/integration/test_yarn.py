@@ -181,7 +181,7 @@ def test_cluster_mode_reset_from_a_csv_and_lag_snapshot(yarn, cluster, unique, t
                    "--from-file", str(csv), "--execute", "-o", "csv")  # fmt: skip
     assert reset.returncode == 0, reset.stderr
     assert committed(cluster, group) == {(topic, 0): 7, (topic, 1): 11}
-    assert f"{group},{topic},0" in reset.stdout
+    assert f"{group},,{topic},0,1,7,COMMITTED" in reset.stdout.splitlines()
 
     snapshot = submit(yarn, tmp_path, "--packages", "lag-snapshot", "--config", str(config),
                       "--group", f"{unique}-.*", "-o", "json", mode="client")  # fmt: skip
