@@ -21,6 +21,12 @@
 #                         (a Kubernetes image, say) already carry Ferry's Python environment;
 #                         name its interpreter with --conf spark.pyspark.python=PATH
 #   --print-command       print the command that would run instead of running it
+# Cluster deploy mode (YARN, Kubernetes): the job's exit code and output do not reach
+# spark-submit, so the job writes them to a result file on shared storage and this script,
+# once the application has ended, prints them and exits with the job's own code
+# (lib/ferry/result.py). Where: $FERRY_RESULT_DIR (a Hadoop URI both sides reach); default on
+# YARN /user/$USER/.ferry/results on the cluster's default filesystem, on Kubernetes
+# ferry-results under spark.kubernetes.file.upload.path.
 # Environment:
 #   FERRY_PACKAGES=1      as --packages;  FERRY_KAFKA_PACKAGE=1 also adds Spark's Kafka connector
 #   FERRY_SPARK_SUBMIT    the spark-submit to use (default: the one from .venv's pyspark)
@@ -248,6 +254,38 @@ if [ "$LOCAL" = 0 ]; then
   JOB_ARGS=("${SHIPPING[@]:2}")
 fi
 
+# --- Cluster deploy mode: the job's result comes back through a file (lib/ferry/result.py).
+RESULT_URI=""
+if [ "$DEPLOY_MODE" = cluster ]; then
+  RESULT_DIR="${FERRY_RESULT_DIR:-}"
+  case "$MASTER" in
+    yarn*)
+      [ -n "$RESULT_DIR" ] || RESULT_DIR="/user/${USER:-$(id -un)}/.ferry/results"
+      # A second attempt would run the job again after it decided to stop (exit 1, 2, 75);
+      # the next scheduled run is the retry. A user's setting wins.
+      DEFAULTS+=(spark.yarn.maxAppAttempts=1) ;;
+    k8s://*)
+      upload="$(user_conf spark.kubernetes.file.upload.path)"
+      [ -n "$RESULT_DIR" ] || [ -z "$upload" ] || RESULT_DIR="${upload%/}/ferry-results" ;;
+  esac
+  # The job refuses tables on the container's local disk (lib/ferry/config/load.py).
+  case "$MASTER" in
+    yarn*) FINAL+=(spark.yarn.appMasterEnv.FERRY_DEPLOY_MODE=cluster) ;;
+    k8s://*) FINAL+=(spark.kubernetes.driverEnv.FERRY_DEPLOY_MODE=cluster) ;;
+  esac
+  if [ -n "$RESULT_DIR" ]; then
+    RESULT_URI="${RESULT_DIR%/}/ferry-$JOB-$(date -u +%Y%m%dT%H%M%SZ)-$$-$RANDOM.json"
+    case "$MASTER" in
+      yarn*) FINAL+=("spark.yarn.appMasterEnv.FERRY_RESULT=$RESULT_URI") ;;
+      k8s://*) FINAL+=("spark.kubernetes.driverEnv.FERRY_RESULT=$RESULT_URI") ;;
+    esac
+  else
+    echo "note: no shared place for the job's result (set FERRY_RESULT_DIR or" \
+      "spark.kubernetes.file.upload.path): the exit code will be spark-submit's" >&2
+  fi
+fi
+# --- end of cluster deploy mode's result file
+
 CMD=("$SUBMIT" --master "$MASTER" --deploy-mode "$DEPLOY_MODE" --name "ferry-$JOB"
   --py-files "$LIB_ZIP${USER_PY_FILES:+,$USER_PY_FILES}")
 [ -n "$ARCHIVES" ] && CMD+=(--archives "$ARCHIVES")
@@ -261,6 +299,29 @@ if [ "$PRINT" = 1 ]; then
   printf 'env'; printf ' %q' "${ENVS[@]}" "${CMD[@]}"; printf '\n'
   exit 0
 fi
+# --- Cluster deploy mode: spark-submit waits for the application (its own output goes to the
+# run's log file); the job's output and exit code come from its result file.
+if [ -n "$RESULT_URI" ]; then
+  for e in "${ENVS[@]}"; do export "${e?}"; done
+  # pip's spark-submit finds its SPARK_HOME with the driver's Python, which cluster mode
+  # does not name here
+  [ -n "${SPARK_HOME:-}" ] ||
+    export SPARK_HOME="$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
+  [ "$VERBOSE" = 1 ] || mkdir -p "$LOG_DIR"
+  submit_code=0
+  if [ "$VERBOSE" = 1 ]; then "${CMD[@]}" >&2 || submit_code=$?
+  else "${CMD[@]}" >>"$LOG_FILE" 2>&1 || submit_code=$?; fi
+  result_code=0
+  PYTHONPATH="$ROOT/lib" "$PY" -m ferry.result read "$RESULT_URI" || result_code=$?
+  if [ "$result_code" = 3 ]; then
+    app="$(grep -o 'application_[0-9]*_[0-9]*' "$LOG_FILE" 2>/dev/null | tail -1 || true)"
+    die "the application${app:+ $app} ended without recording Ferry's result (spark-submit exited $submit_code; see $LOG_FILE)" 1
+  fi
+  PYTHONPATH="$ROOT/lib" "$PY" -m ferry.result delete "$RESULT_URI" >/dev/null 2>&1 || true
+  exit "$result_code"
+fi
+# --- end of cluster deploy mode's wait
+
 # spark-submit's PythonRunner merges the Python driver's stderr into its stdout, which would put
 # progress and errors into `-o json` output. After exec this shell's pid is the JVM's, the
 # driver's parent: the driver writes its stderr to the JVM's own stderr through /proc (lib/ferry/cli.py).

@@ -349,11 +349,21 @@ def _report(exc: BaseException, verbose: bool) -> None:
 
 
 def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> int:
-    """Call a job's main and turn exceptions into one-line errors and exit codes."""
+    """Call a job's main and turn exceptions into one-line errors and exit codes. A job
+    process in cluster deploy mode also records its result for spark-submit.sh (ferry.result)."""
     if argv is None:
-        _restore_stderr()
+        from ferry import result
 
-    args = list(sys.argv[1:] if argv is None else argv)
+        _restore_stderr()
+        captured = result.capture()
+        code = _run(main, sys.argv[1:])
+        result.record(code, captured)
+        return code
+    return _run(main, argv)
+
+
+def _run(main: Callable[[list[str]], int], argv: Sequence[str]) -> int:
+    args = list(argv)
     verbose = "--verbose" in args
     try:
         if "--print-config" in args:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,6 +56,11 @@ def build_session(app_name: str = "ferry") -> SparkSession:
     log file named by $FERRY_LOG_FILE)."""
     spark = SparkSession.getActiveSession()
     if spark is None:
+        if os.environ.get("FERRY_DEPLOY_MODE") == "cluster":
+            # spark.submit.pyFiles names the library zip by its path on the submitting
+            # machine; YARN already put the localized copy on this driver's path, so PySpark's
+            # warning that it cannot add the original is noise on the user's console.
+            warnings.filterwarnings("ignore", "Failed to add file", RuntimeWarning)
         builder = _submitted(app_name) if _under_spark_submit() else _direct(app_name)
         spark = builder.getOrCreate()
         level = os.environ.get("FERRY_SPARK_LOG")

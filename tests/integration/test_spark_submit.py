@@ -276,7 +276,8 @@ def cluster_doc_commands() -> list[list[str]]:
     """Every `./spark-submit.sh` command in docs/cluster.md ("Running on a cluster")."""
     text = (ROOT / "docs" / "cluster.md").read_text()
     joined = re.sub(r"\\\n\s*", " ", text)
-    return [shlex.split(line)[1:] for line in joined.splitlines() if line.startswith("./spark-")]
+    lines = (line.strip() for line in joined.splitlines())
+    return [shlex.split(line)[1:] for line in lines if line.startswith("./spark-")]
 
 
 def test_the_documented_cluster_commands_need_no_hand_edits():
@@ -403,3 +404,59 @@ def test_a_direct_session_logs_spark_to_the_file_it_names(spark):
     jvm = spark.sparkContext._jvm
     jvm.org.apache.logging.log4j.LogManager.getLogger("ferry.test").warn(marker)
     assert marker in log_file.read_text(errors="replace")
+
+
+FAKE_SUBMIT = """#!/bin/sh
+# Kubernetes' spark-submit as the submitting side sees it in cluster mode: the driver ran
+# elsewhere; what it left is the result file named by its FERRY_RESULT (or nothing).
+for arg in "$@"; do
+  case "$arg" in
+    spark.kubernetes.driverEnv.FERRY_RESULT=*) result="${arg#*=}" ;;
+  esac
+done
+[ -z "$FAKE_RESULT" ] || printf '%s' "$FAKE_RESULT" > "${result#file://}"
+echo "spark-submit's own line"
+exit 1
+"""
+
+
+def test_kubernetes_cluster_mode_reports_the_jobs_result_from_a_shared_path(tmp_path):
+    """What a scheduler sees in Kubernetes cluster mode is the job's: its output and exit code
+    read back from the result file under the upload path (no Kubernetes here: spark-submit is a
+    stand-in that leaves the file a driver pod would have written)."""
+    shared = tmp_path / "shared"
+    args = ("--master", "k8s://https://kube:6443", "--deploy-mode", "cluster", "--conf",
+            f"spark.kubernetes.file.upload.path=file://{shared}", "lag-status")  # fmt: skip
+    command = printed(*args)
+    uri = command.confs["spark.kubernetes.driverEnv.FERRY_RESULT"]
+    assert uri.startswith(f"file://{shared}/ferry-results/ferry-lag-status-") and uri.endswith(
+        ".json"
+    )
+    assert command.confs["spark.kubernetes.driverEnv.FERRY_DEPLOY_MODE"] == "cluster"
+    yarn = printed("--master", "yarn", "--deploy-mode", "cluster", "lag-status")
+    assert yarn.confs["spark.yarn.appMasterEnv.FERRY_RESULT"].startswith("/user/")
+    assert yarn.confs["spark.yarn.maxAppAttempts"] == "1"
+
+    fake = tmp_path / "spark-submit"
+    fake.write_text(FAKE_SUBMIT)
+    fake.chmod(0o755)
+    (shared / "ferry-results").mkdir(parents=True)
+    env = {"FERRY_SPARK_SUBMIT": str(fake), "FERRY_LOG_DIR": str(tmp_path / "log")}
+    for code in (0, 1, 2, 75):
+        result = {"code": code, "stdout": f'[{{"code": {code}}}]\n', "stderr": f"line {code}\n"}
+        run = submit("--no-ship-env", *args, FAKE_RESULT=json.dumps(result), **env)
+        assert (run.returncode, run.stdout, run.stderr) == (
+            code,
+            result["stdout"],
+            f"line {code}\n",
+        )
+    assert list((shared / "ferry-results").iterdir()) == []  # each read, then deleted
+    [log] = [p for p in (tmp_path / "log").iterdir() if "spark-submit's own line" in p.read_text()][
+        :1
+    ]
+    assert log.name.startswith("ferry-lag-status-")
+
+    none = submit("--no-ship-env", *args, FAKE_RESULT="", **env)
+    assert none.returncode == 1 and none.stdout == ""
+    [line] = none.stderr.splitlines()
+    assert line.startswith("error: the application ended without recording Ferry's result")

@@ -201,3 +201,16 @@ def test_every_key_is_documented_in_an_example():
     for key in ALL_KEYS:
         leaf = key.split(".")[-1]
         assert re.search(rf"^\s*{re.escape(leaf)}:", documented, re.M), key
+
+
+def test_cluster_deploy_mode_refuses_tables_on_the_containers_disk():
+    """spark-submit.sh sets FERRY_DEPLOY_MODE=cluster for a driver in YARN's or Kubernetes'
+    container: a table there would be gone with the container."""
+    cluster = {"FERRY_DEPLOY_MODE": "cluster"}
+    for setting in ("ledger.path=/var/ferry/ledger", "history.path=file:///h", "audit.path=rel",
+                    "offsets.commits_path=/c", "history.status_path=/s"):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"^{setting.split('=')[0]} .* local disk"):
+            load_config(None, [setting], env=cluster)
+        load_config(None, [setting], env={})  # client mode: the driver's disk is this machine's
+    for shared in ("hdfs:///user/ferry/ledger", "s3a://bucket/ledger", "abfss://c@a/ledger"):
+        assert load_config(None, [f"ledger.path={shared}"], env=cluster).ledger.path == shared

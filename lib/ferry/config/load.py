@@ -86,5 +86,27 @@ def load_config(
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {expr!r}: {part} is not a section")
         node[parts[-1]] = value
-    data = _expand(data, "", os.environ if env is None else env)
-    return build(data)
+    env = os.environ if env is None else env
+    data = _expand(data, "", env)
+    cfg = build(data)
+    if env.get("FERRY_DEPLOY_MODE") == "cluster":
+        _require_shared_tables(cfg)
+    return cfg
+
+
+# The tables a job writes; in cluster deploy mode (spark-submit.sh says so in
+# $FERRY_DEPLOY_MODE) the driver runs in a container whose disk goes with it.
+_TABLES = ("ledger.path", "history.path", "history.status_path", "audit.path",
+           "offsets.commits_path", "offsets.groups_path", "offsets.quarantine_path")  # fmt: skip
+
+
+def _require_shared_tables(cfg: FerryConfig) -> None:
+    for name in _TABLES:
+        section, key = name.split(".")
+        path = getattr(getattr(cfg, section, None), key, None)
+        if path and (":" not in path.split("/", 1)[0] or path.startswith("file:")):
+            raise ConfigError(
+                f"{name} {path} is on the driver's local disk, which in cluster deploy mode "
+                "is a container's and is gone when the application ends; name shared "
+                "storage (hdfs://..., s3a://...)"
+            )

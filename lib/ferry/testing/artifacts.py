@@ -34,6 +34,8 @@ class ArtifactSet:
 
     name: str
     coordinates: tuple[tuple[str, str, str], ...]
+    # Ivy artifact types retrieved: Hadoop's MiniCluster classes come in `tests` jars
+    types: tuple[str, ...] = ("jar", "bundle")
 
     @property
     def marker(self) -> str:
@@ -68,7 +70,21 @@ MM2 = ArtifactSet(
     ),
 )
 
-SETS = {"kafka": KAFKA, "mm2": MM2, "kafka-3.9": KAFKA_39}
+# Hadoop's single-JVM YARN + HDFS cluster (MiniHadoopClusterManager, in the jobclient tests jar
+# hadoop-minicluster depends on), at the Hadoop version the installed PySpark's client jars
+# speak (pyspark/jars/hadoop-client-api-*.jar), for the YARN tests (ferry.testing.yarn).
+HADOOP_VERSION = "3.5.0"
+HADOOP = ArtifactSet(
+    f"hadoop-minicluster-{HADOOP_VERSION}",
+    (
+        ("org.apache.hadoop", "hadoop-minicluster", HADOOP_VERSION),
+        # MiniDFSCluster checks its test directory with JUnit (test scope in its pom)
+        ("org.junit.jupiter", "junit-jupiter-api", "5.13.3"),
+    ),
+    types=("jar", "bundle", "test-jar"),
+)
+
+SETS = {"kafka": KAFKA, "mm2": MM2, "kafka-3.9": KAFKA_39, "hadoop": HADOOP}
 
 
 class ArtifactError(RuntimeError):
@@ -139,8 +155,7 @@ def fetch(artifacts: ArtifactSet, quiet: bool = True) -> Path:
             "-retrieve",
             str(staging / "lib" / "[artifact]-[revision](-[classifier]).[ext]"),
             "-types",
-            "jar",
-            "bundle",
+            *artifacts.types,
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=900)
         jars = list((staging / "lib").glob("*.jar"))

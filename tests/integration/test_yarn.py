@@ -1,0 +1,278 @@
+"""Ferry on YARN, as a user of an EMR-like cluster runs it: `./spark-submit.sh --master yarn
+[--deploy-mode cluster] JOB ...` with only HADOOP_CONF_DIR naming the cluster, against a real
+single-node YARN + HDFS (Hadoop's MiniCluster, `ferry.testing.yarn`, started once for the
+module) and the Apache Kafka test clusters. The exit code and output checked are those the
+submitting side sees. Run by `make test-cluster`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from ferry import kafka
+from ferry.testing.brokers import free_port
+from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.yarn import Yarn, yarn_cluster
+
+from .jobrunner import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.yarn]
+
+SPARK_JARS = Path(pyspark.__file__).resolve().parent / "jars"
+BASE = 1_760_000_000_000
+
+
+@pytest.fixture(scope="module")
+def yarn(tmp_path_factory) -> Iterator[Yarn]:
+    with yarn_cluster(tmp_path_factory.mktemp("yarn")) as cluster:
+        yield cluster
+
+
+def submit_command(
+    yarn: Yarn, tmp_path: Path, *args: str, mode: str = "cluster"
+) -> tuple[list[str], dict[str, str]]:
+    """./spark-submit.sh --master yarn --deploy-mode MODE ARGS as a user runs it, and its
+    environment. Test-only settings: where Spark's jars are on the node (an EMR node has Spark
+    installed), and loopback for Spark in the containers (this machine's name resolves to
+    127.0.0.1, so Spark would pick another interface's address; executors inherit the AM's
+    SPARK_*)."""
+    env = {
+        **os.environ,
+        "HADOOP_CONF_DIR": str(yarn.conf_dir),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "FERRY_LOG_DIR": str(tmp_path / "log"),
+    }
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "FERRY_MASTER", "SPARK_HOME"):
+        env.pop(name, None)
+    cmd = [
+        str(ROOT / "spark-submit.sh"), "--master", "yarn", "--deploy-mode", mode,
+        "--conf", f"spark.yarn.jars=local:{SPARK_JARS}/*",
+        "--conf", "spark.yarn.appMasterEnv.SPARK_LOCAL_IP=127.0.0.1",
+        "--driver-memory", "640m", "--executor-memory", "640m", "--num-executors", "1",
+        *args,
+    ]  # fmt: skip
+    return cmd, env
+
+
+def submit(
+    yarn: Yarn, tmp_path: Path, *args: str, mode: str = "cluster"
+) -> subprocess.CompletedProcess:
+    cmd, env = submit_command(yarn, tmp_path, *args, mode=mode)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
+
+
+def committed(cluster, group: str) -> dict:  # noqa: ANN001
+    return kafka.committed_offsets(kafka.Cluster("c", cluster.config), [group])[group]
+
+
+def migrate_config(path: Path, src, dst, prefix: str, ledger: str) -> Path:  # noqa: ANN001
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            source:
+              bootstrap.servers: {src.bootstrap}
+            destination:
+              bootstrap.servers: {dst.bootstrap}
+            groups:
+              include: ['{prefix}-.*']
+            topics:
+              include: ['{prefix}-.*']
+            matching:
+              hash: [key, value]
+            ledger:
+              path: {ledger}
+            reader:
+              timeout_ms: 10000
+            """
+        )
+    )
+    return path
+
+
+def world(src, dst, prefix: str) -> dict[str, dict]:  # noqa: ANN001
+    """`done`: replicated from offset 5, its group migrates to offset - 5; `tail`: the replica
+    holds only the first 20 of 40 recent records, so a group at 35 is PENDING (exit 75)."""
+    done, tail = f"{prefix}-done", f"{prefix}-tail"
+    create_topics(src.config, {done: 2, tail: 1})
+    create_topics(dst.config, {done: 2, tail: 1})
+    for p in (0, 1):
+        records = [Record(b"k", f"{p}-{i}".encode(), BASE + i * 10) for i in range(40)]
+        produce(src.config, done, p, records)
+        produce(dst.config, done, p, records[5:])
+    now = int(time.time() * 1000) - 1000
+    recent = [Record(b"k", f"t-{i}".encode(), now + i) for i in range(40)]
+    produce(src.config, tail, 0, recent)
+    produce(dst.config, tail, 0, recent[:20])
+    commit_offsets(src.config, f"{prefix}-g", {(done, 0): 30, (done, 1): 12})
+    commit_offsets(src.config, f"{prefix}-p", {(tail, 0): 35})
+    return {f"{prefix}-g": {(done, 0): 25, (done, 1): 7}, f"{prefix}-p": {}}
+
+
+def test_cluster_mode_migrate_with_its_ledger_on_hdfs(yarn, clusters, unique, tmp_path):
+    """Cluster mode: the config shipped as typed, the environment localized by YARN, the ledger
+    on HDFS; exit 75 (a group left PENDING) and the JSON plan reach the submitting console.
+    The next run (client mode) reads the ledger back from HDFS."""
+    src, dst = clusters
+    want = world(src, dst, unique)
+    ledger = f"{yarn.fs}/ferry/{unique}/ledger"
+    config = migrate_config(tmp_path / "migrate.yaml", src, dst, unique, ledger)
+
+    first = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(config),
+                   "--execute", "-o", "json")  # fmt: skip
+    assert first.returncode == 75, first.stderr
+    plan = {(r["group"], r["src_partition"]): r for r in json.loads(first.stdout)}
+    assert plan[(f"{unique}-g", 0)]["destination_offset"] == 25
+    assert plan[(f"{unique}-p", 0)]["status"] == "PENDING"
+    assert f"not migrated yet: {unique}-p" in first.stderr
+    for group, offsets in want.items():
+        assert committed(dst, group) == offsets, group
+
+    again = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(config),
+                   "--execute", "-o", "json", mode="client")  # fmt: skip
+    assert again.returncode == 75, again.stderr
+    statuses = {r["group"]: r["group_status"] for r in json.loads(again.stdout)}
+    assert statuses == {f"{unique}-g": "ALREADY_MIGRATED", f"{unique}-p": "PENDING"}
+
+    # audit on YARN (cluster mode), its history table on HDFS: the migrated group is exact.
+    audit_path = f"{yarn.fs}/ferry/{unique}/audit"
+    audited = submit(yarn, tmp_path, "--packages", "audit", "--config", str(config),
+                     "--set", f"audit.path={audit_path}", "-o", "json")  # fmt: skip
+    doc = json.loads(audited.stdout)
+    assert audited.returncode == doc["exit_code"], audited.stderr
+    verdicts = {(r["group"], r["partition"]): r["verdict"] for r in doc["rows"]}
+    assert verdicts[(f"{unique}-g", 0)] == verdicts[(f"{unique}-g", 1)] == "EXACT"
+
+
+def test_cluster_mode_reset_from_a_csv_and_lag_snapshot(yarn, cluster, unique, tmp_path):
+    """groups reset --from-file in cluster mode: the CSV and the config travel with the job
+    (no --files, no path rewriting); exit 0 and the CSV output reach the console. lag-snapshot
+    (client mode, executors on YARN) writes its history to HDFS."""
+    topic, group = f"{unique}-t", f"{unique}-g"
+    create_topics(cluster.config, {topic: 2})
+    for p in (0, 1):
+        produce(cluster.config, topic, p, [Record(b"k", b"v", BASE + i) for i in range(20)])
+    commit_offsets(cluster.config, group, {(topic, 0): 1, (topic, 1): 2})
+    csv = tmp_path / "plan.csv"
+    csv.write_text(f"{group},{topic},0,7\n{group},{topic},1,11\n")
+    config = tmp_path / "groups.yaml"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            cluster:
+              bootstrap.servers: {cluster.bootstrap}
+            ledger:
+              path: {yarn.fs}/ferry/{unique}/ledger
+            history:
+              path: {yarn.fs}/ferry/{unique}/history
+            """
+        )
+    )
+    reset = submit(yarn, tmp_path, "--packages", "groups", "reset", "--config", str(config),
+                   "--from-file", str(csv), "--execute", "-o", "csv")  # fmt: skip
+    assert reset.returncode == 0, reset.stderr
+    assert committed(cluster, group) == {(topic, 0): 7, (topic, 1): 11}
+    assert f"{group},,{topic},0,1,7,COMMITTED," in reset.stdout.splitlines()
+
+    snapshot = submit(yarn, tmp_path, "--packages", "lag-snapshot", "--config", str(config),
+                      "--group", f"{unique}-.*", mode="client")  # fmt: skip
+    assert snapshot.returncode == 0, snapshot.stderr
+    assert not [x for x in snapshot.stderr.splitlines() if x.startswith("error: ")]
+
+
+def test_exit_codes_1_and_2_reach_the_submitting_side(yarn, clusters, unique, tmp_path):
+    """2: a cluster-mode run whose ledger is on the container's local disk is refused with one
+    line before anything is read or committed; in client mode a bad setting. 1: the source
+    cluster cannot be reached, in either mode."""
+    src, dst = clusters
+    want = world(src, dst, unique)
+    local = migrate_config(tmp_path / "local.yaml", src, dst, unique, str(tmp_path / "ledger"))
+    refused = submit(yarn, tmp_path, "migrate", "--config", str(local), "--execute")
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: ledger.path {tmp_path}/ledger is on")
+    assert refused.stdout == ""
+    for group in want:
+        assert committed(dst, group) == {}, group
+
+    bad = submit(yarn, tmp_path, "migrate", "--config", str(local), "--set", "reader.nope=1",
+                 mode="client")  # fmt: skip
+    assert bad.returncode == 2, bad.stderr
+    # (the client-mode driver's JVM says which incubator modules it uses on stderr)
+    [line] = [x for x in bad.stderr.splitlines() if x.startswith("error: ")]
+    assert "reader.nope" in line, bad.stderr
+
+    gone = migrate_config(tmp_path / "gone.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
+    gone.write_text(gone.read_text().replace(src.bootstrap, f"127.0.0.1:{free_port()}"))
+    for mode in ("cluster", "client"):
+        lost = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(gone),
+                      "--execute", mode=mode)  # fmt: skip
+        assert lost.returncode == 1, lost.stderr
+        errors = [x for x in lost.stderr.splitlines() if x.startswith("error: ")]
+        assert len(errors) == 1 and "Traceback" not in lost.stderr, lost.stderr
+        assert "Warning" not in lost.stderr, lost.stderr  # PySpark's, in the container
+    for group in want:
+        assert committed(dst, group) == {}, group
+
+
+def driver_started(yarn: Yarn) -> list[int]:
+    """The application master's JVM, once its Python driver (the job) has started."""
+
+    def cmdline(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            return ""
+
+    pids = yarn.container_pids()
+    if not any("jobs/migrate.py" in cmdline(p) or " migrate.py" in cmdline(p) for p in pids):
+        return []
+    return [p for p in pids if "ApplicationMaster" in cmdline(p)]
+
+
+def test_a_killed_application_master_fails_cleanly_and_the_rerun_is_exact(
+    yarn, clusters, unique, tmp_path
+):
+    """The application master (the driver) killed mid-run: one line, exit 1, on the submitting
+    console (YARN does not run it again: one attempt); the rerun commits exactly."""
+    src, dst = clusters
+    want = world(src, dst, unique)
+    config = migrate_config(tmp_path / "m.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
+    # A run that died after its intent holds its groups for the lease; the rerun comes later.
+    args = ["--packages", "migrate", "--config", str(config), "--execute",
+            "--set", "ledger.lease_ms=5000"]  # fmt: skip
+    cmd, env = submit_command(yarn, tmp_path, *args)
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while not (am := driver_started(yarn)):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the driver never started"
+            time.sleep(0.5)
+        for pid in am:  # the whole container, as YARN kills one: JVM, Python driver
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 1, stderr
+    assert stdout == ""
+    [line] = stderr.splitlines()
+    assert line.startswith("error: the application application_"), stderr
+    assert "ended without recording Ferry's result" in line, stderr
+
+    rerun = submit(yarn, tmp_path, *args)
+    assert rerun.returncode == 75, rerun.stderr
+    for group, offsets in want.items():
+        assert committed(dst, group) == offsets, group
