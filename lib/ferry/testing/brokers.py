@@ -185,7 +185,9 @@ def _properties(
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
-def _log4j(folder: Path) -> Path:
+def log4j_config(folder: Path, info_logger: str = "kafka.server.KafkaRaftServer") -> Path:
+    """A log4j2 configuration for a test JVM: warnings, and `info_logger`'s INFO lines (what
+    says the process is up) on the console, which its log file receives."""
     path = folder / "log4j2.properties"
     path.write_text(
         "rootLogger.level = WARN\n"
@@ -194,8 +196,8 @@ def _log4j(folder: Path) -> Path:
         "appender.out.name = out\n"
         "appender.out.layout.type = PatternLayout\n"
         "appender.out.layout.pattern = [%d] %p %m (%c{1})%n\n"
-        "logger.started.name = kafka.server.KafkaRaftServer\n"
-        "logger.started.level = INFO\n"
+        f"logger.info.name = {info_logger}\n"
+        "logger.info.level = INFO\n"
     )
     return path
 
@@ -282,7 +284,7 @@ def start_broker(
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"ferry-kafka-{name}-", dir=base))
-    _log4j(folder)
+    log4j_config(folder)
     cluster = LocalBroker(
         name,
         [KafkaNode(i + 1, free_port(), free_port(), free_port()) for i in range(nodes)],

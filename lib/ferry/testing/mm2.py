@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ferry.testing.artifacts import MM2, classpath
-from ferry.testing.brokers import LocalBroker
+from ferry.testing.brokers import LocalBroker, log4j_config
 from ferry.testing.replicate import committed_offsets, end_offsets
 
 IDENTITY_POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
@@ -157,21 +157,6 @@ def mm2_properties(
     return "".join(f"{k} = {v}\n" for k, v in values.items())
 
 
-def _log4j(folder: Path) -> Path:
-    path = folder / "log4j2.properties"
-    path.write_text(
-        "rootLogger.level = WARN\n"
-        "rootLogger.appenderRef.out.ref = out\n"
-        "appender.out.type = Console\n"
-        "appender.out.name = out\n"
-        "appender.out.layout.type = PatternLayout\n"
-        "appender.out.layout.pattern = [%d] %p %m (%c{1})%n\n"
-        "logger.mirror.name = org.apache.kafka.connect.mirror\n"
-        "logger.mirror.level = INFO\n"
-    )
-    return path
-
-
 def start_mm2(
     source: LocalBroker,
     destination: LocalBroker,
@@ -195,7 +180,7 @@ def start_mm2(
     command = [
         "java",
         *JVM_OPTIONS,
-        f"-Dlog4j2.configurationFile={_log4j(folder)}",
+        f"-Dlog4j2.configurationFile={log4j_config(folder, 'org.apache.kafka.connect.mirror')}",
         *(os.environ.get("FERRY_MM2_JVM_OPTS", "").split()),
         "-cp",
         classpath(MM2),
