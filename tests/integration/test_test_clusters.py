@@ -42,8 +42,8 @@ def test_every_test_cluster_is_apache_kafka(cluster, clusters):
 def test_the_testing_package_starts_only_kafka_jvms():
     """Every process `ferry.testing` starts is a `java` command built by `brokers._java`
     (Kafka's main classes on Kafka's classpath), one of the real peers (MirrorMaker 2, the
-    kafka-consumer-groups tool, Burrow and the ZooKeeper it needs), or openssl and the Ivy
-    fetch; a test fails if a module starts anything else."""
+    kafka-consumer-groups tool, Burrow and the ZooKeeper it needs, Hadoop's MiniCluster), or
+    openssl and the Ivy fetch; a test fails if a module starts anything else."""
     launches = []
     for path in sorted(TESTING.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -62,6 +62,7 @@ def test_the_testing_package_starts_only_kafka_jvms():
         ("consumer_groups.py", "command("),  # java ... ConsumerGroupCommand (kafka-tools)
         ("burrow.py", "['java'"),  # ZooKeeperServerMain from Kafka 3.9's jars, for Burrow
         ("burrow.py", "[BINARY"),  # Debian's Burrow 1.2.1
+        ("yarn.py", "cmd"),  # java ... MiniHadoopClusterManager: Hadoop's YARN + HDFS
     }
     for name, first in launches:
         assert any(name == a and first.startswith(b) for a, b in allowed), (name, first)
