@@ -212,8 +212,11 @@ def _build_env() -> Path:
             check=True,
         )  # fmt: skip
         for script in (env / "bin").iterdir():
-            # pip's console scripts carry this build directory in their shebang lines.
-            if not script.name.startswith("python"):
+            # pip's console scripts carry this build directory in their shebang lines; a
+            # package's Python scripts there leave a compiled __pycache__ folder beside them.
+            if script.is_dir() and not script.is_symlink():
+                shutil.rmtree(script)
+            elif not script.name.startswith("python"):
                 script.unlink()
         (env / "lib64").unlink(missing_ok=True)
         _copy_interpreter(env)
