@@ -62,11 +62,11 @@ def _temp_path(target: Path) -> Path:
 
 
 # What tests, `make demo` and the benchmarks stand on: no job imports it, so it stays home.
-NOT_SHIPPED = ("ferry/testing/", "ferry/demo.py")
+NOT_ZIPPED = ("ferry/testing/", "ferry/demo.py")
 
 
 def build_lib_zip() -> Path:
-    """Zip lib/ferry's Python files (less NOT_SHIPPED); concurrent builders each write their
+    """Zip lib/ferry's Python files (less NOT_ZIPPED); concurrent builders each write their
     own file."""
     BUILD.mkdir(exist_ok=True)
     tmp = _temp_path(LIB_ZIP)
@@ -74,7 +74,7 @@ def build_lib_zip() -> Path:
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
             for path in sorted((ROOT / "lib" / "ferry").rglob("*.py")):
                 name = path.relative_to(ROOT / "lib").as_posix()
-                if not name.startswith(NOT_SHIPPED):
+                if not name.startswith(NOT_ZIPPED):
                     zf.write(path, name)
         tmp.chmod(0o644)
         os.replace(tmp, LIB_ZIP)
@@ -212,8 +212,8 @@ def _build_env() -> Path:
             check=True,
         )  # fmt: skip
         for script in (env / "bin").iterdir():
-            # pip's console scripts carry this build directory in their shebang lines; a
-            # package's Python scripts there leave a compiled __pycache__ folder beside them.
+            # pip's console scripts carry this build directory in their shebang lines (a
+            # package's Python scripts there would leave a compiled __pycache__ folder too).
             if script.is_dir() and not script.is_symlink():
                 shutil.rmtree(script)
             elif not script.name.startswith("python"):

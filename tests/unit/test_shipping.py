@@ -147,3 +147,31 @@ def test_local_paths_resolve_shipped_names_only_where_the_driver_was_told(monkey
     assert local_paths(conf) == conf  # executors, a cluster-mode driver: the working directory
     monkeypatch.setenv(SHIPPED_ENV, json.dumps({"ca.pem": "/home/me/certs/ca.pem"}))
     assert local_paths(conf) == {**conf, "ssl.ca.location": "/home/me/certs/ca.pem"}
+
+
+def test_the_environment_leaves_spark_to_spark_and_the_zip_leaves_tests_home(
+    tmp_path, monkeypatch
+):
+    """The executors' environment carries Ferry's runtime packages but not what Spark puts on
+    every node itself (pyspark: 485 MB of an archive that is otherwise about 180 MiB), and the
+    library zip carries what jobs import, not ferry.testing or the demo."""
+    import importlib.util
+    import zipfile
+
+    # lib/ferry/packaging.py runs as a script (its name is PyPI's `packaging`'s): load it by path
+    path = Path(__file__).resolve().parents[2] / "lib" / "ferry" / "packaging.py"
+    spec = importlib.util.spec_from_file_location("ferry_packaging_under_test", path)
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+
+    names = [r.split("==")[0] for r in builder.runtime_requirements()]
+    assert "pyspark" not in names and "delta-spark" not in names, names
+    assert {"confluent-kafka", "pyarrow", "pyyaml"} <= set(names), names
+
+    monkeypatch.setattr(builder, "BUILD", tmp_path)
+    monkeypatch.setattr(builder, "LIB_ZIP", tmp_path / "ferry-lib.zip")
+    with zipfile.ZipFile(builder.build_lib_zip()) as zf:
+        zipped = zf.namelist()
+    assert "ferry/cli.py" in zipped and "ferry/migrate/decision.py" in zipped
+    assert not [n for n in zipped if n.startswith(("ferry/testing/", "ferry/demo"))], zipped
