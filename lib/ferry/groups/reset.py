@@ -272,7 +272,7 @@ def resolve_targets(
             wanted = log_end if found is None else found
         else:
             wanted = value[key]  # type: ignore[index]
-        if spec == "to_current" and current is not None:
+        if spec is ResetSpec.TO_CURRENT and current is not None:
             new_offset, note = current, _outside(current, log_start, log_end)
         else:
             new_offset, note = clamp(wanted, log_start, log_end)
