@@ -9,7 +9,8 @@ committed on the source; MM2 syncs them to the destination; MM2 is stopped.
 Counted by consuming (never with `audit`): every destination partition is read once and each
 group's next source record is found there by content; per group partition, the records between
 MM2's committed offset and that one are what a consumer of MM2's translation would receive
-again (behind) or skip (ahead). Then `./spark-submit.sh migrate --execute` (wall time) and the
+again (behind) or skip (ahead); a partition MM2 left without an offset (its commit below the
+oldest offset sync MM2 kept) is counted apart, with what `auto.offset.reset` would do. Then `./spark-submit.sh migrate --execute` (wall time) and the
 same count on Ferry's offsets (zero expected), beside the raw-client floor measured in the same
 run: a plain confluent-kafka program that reads every destination partition once, finds each
 group's record by content and commits the 200 groups (what any exact migration must do).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import os
 import random
 import sys
 import tempfile
@@ -29,15 +31,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# The destination holds 200 groups x 48 partitions of MM2's syncs beside its own commits.
+os.environ.setdefault("FERRY_BROKER_JVM_OPTS", "-Xmx1g")
 
 from many_groups_bench import run_job  # noqa: E402
 from world import BulkProducer, commit_all  # noqa: E402
 
+from ferry import kafka  # noqa: E402
 from ferry.kafka.cluster import Cluster  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
 from ferry.testing.mm2 import mirror_maker, wait_replicated, wait_synced  # noqa: E402
 from ferry.testing.produce import create_topics  # noqa: E402
-from ferry.testing.replicate import committed_offsets, read_all  # noqa: E402
+from ferry.testing.replicate import read_all  # noqa: E402
 
 TOPIC = "mmb-orders"
 PARTITIONS = 48
@@ -65,29 +70,36 @@ def build(src, dst, work: Path, groups: dict) -> dict:  # noqa: ANN001 - LocalBr
             wait_replicated(mm, [TOPIC], timeout_s=600)
         commit_all(Cluster("source", src.config), groups)
         parts = {g: list(offsets) for g, offsets in groups.items()}
-        synced = wait_synced(mm, parts, timeout_s=600)
+        synced = wait_synced(mm, parts, settle_s=15, timeout_s=600, every_partition=False)
     return synced
 
 
-def count(dest_index: dict, groups: dict, committed: dict) -> tuple[int, int, int]:
-    """(records delivered again, records skipped, group partitions off) for `committed`
-    (group -> (remote topic, partition) -> offset), counted on the destination's records."""
-    again = skipped = off = 0
+def count(dest_index: dict, groups: dict, committed: dict) -> dict[str, int]:
+    """For `committed` (group -> (remote topic, partition) -> offset), counted on the
+    destination's records: records a consumer would receive again (`again`) or skip
+    (`skipped`), group partitions off exact (`off`), and group partitions left without an
+    offset (`unsynced`) with what a consumer of those would receive again from the log start
+    (`auto.offset.reset=earliest`: `unsynced_again`) or skip (`latest`: `unsynced_skipped`)."""
+    out = dict.fromkeys(
+        ("again", "skipped", "off", "unsynced", "unsynced_again", "unsynced_skipped"), 0
+    )
     for g, offsets in groups.items():
         for (_, p), c in offsets.items():
             where, offsets_p = dest_index[p]
             exact = where[value(p, c)]
+            below = bisect.bisect_left(offsets_p, exact)
             got = committed[g].get((f"source.{TOPIC}", p))
-            if got is None or got == exact:
+            if got is None:
+                out["unsynced"] += 1
+                out["unsynced_again"] += below
+                out["unsynced_skipped"] += len(offsets_p) - below
                 continue
-            off += 1
-            lo, hi = sorted((got, exact))
-            n = bisect.bisect_left(offsets_p, hi) - bisect.bisect_left(offsets_p, lo)
-            if got < exact:
-                again += n
-            else:
-                skipped += n
-    return again, skipped, off
+            if got == exact:
+                continue
+            out["off"] += 1
+            n = abs(below - bisect.bisect_left(offsets_p, got))
+            out["again" if got < exact else "skipped"] += n
+    return out
 
 
 def raw_floor(dst_config: dict, groups: dict) -> float:
@@ -140,23 +152,29 @@ def main() -> int:
             )
         )
         code, seconds, peak, tail = run_job(
-            ["migrate", "--config", str(config), "--execute", "--quiet"], work / "execute.out"
+            ["migrate", "--config", str(config), "--execute"], work / "execute.out"
         )
-        ferry_offsets = {g: committed_offsets(dst.config, g) for g in groups}
+        ferry_offsets = kafka.committed_offsets(Cluster("destination", dst.config), list(groups))
         ferry = count(dest_index, groups, ferry_offsets)
         floor = raw_floor(dst.config, groups)
     n = len(groups) * PARTITIONS
     print(f"{len(groups)} groups x {PARTITIONS} partitions ({n} group partitions), {RECORDS} "
           f"records per partition")  # fmt: skip
-    print(f"MM2's translation: {mm2[0]} records delivered again, {mm2[1]} skipped; "
-          f"{mm2[2]} of {n} group partitions off exact")  # fmt: skip
+    print(
+        f"MM2's translation: {mm2['again']} records delivered again, {mm2['skipped']} "
+        f"skipped; {mm2['off']} of {n} group partitions off exact; {mm2['unsynced']} group "
+        f"partitions left without an offset (a consumer would receive "
+        f"{mm2['unsynced_again']} records again from the log start with "
+        f"auto.offset.reset=earliest, or skip {mm2['unsynced_skipped']} with latest)"
+    )
     print(f"Ferry (migrate --execute, exit {code}, {seconds:.0f} s, peak {peak:.0f} MiB): "
-          f"{ferry[0]} delivered again, {ferry[1]} skipped, {ferry[2]} off")  # fmt: skip
+          f"{ferry['again']} delivered again, {ferry['skipped']} skipped, {ferry['off']} off, "
+          f"{ferry['unsynced']} without an offset")  # fmt: skip
     print(f"raw-client floor (read the destination once, find by content, commit): {floor:.0f} s;"
           f" migrate --execute / floor = {seconds / floor:.1f}x")  # fmt: skip
     if code != 0:
         print(tail, file=sys.stderr)
-    return 0 if code == 0 and ferry == (0, 0, 0) else 1
+    return 0 if code == 0 and not any(ferry.values()) else 1
 
 
 if __name__ == "__main__":
