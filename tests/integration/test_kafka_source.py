@@ -201,6 +201,26 @@ def test_driver_and_spark_give_identical_rows_across_gaps(spark, cluster, gappy,
     assert rows("driver", singles) == rows("spark", singles) == []
 
 
+def test_many_ranges_of_a_partition_skip_their_gaps_read_on_or_sought(spark, cluster, path):
+    """Hundreds of small ranges on one partition (many groups' positions): small gaps are read
+    on and their records dropped, gaps of large records are sought past; either way exactly
+    the ranges' records, each once per range that holds it (overlaps are sought back to)."""
+    name = f"many-ranges-{int(time.time() * 1000)}"
+    create_topics(cluster.config, {name: 1})
+    small = [Record(b"k", f"s{i}".encode(), BASE_TS + i) for i in range(600)]
+    large = [Record(b"k", bytes([i]) * 100_000, BASE_TS + 600 + i) for i in range(12)]
+    produce(cluster.config, name, 0, small + large + small[:30])
+    ranges = [OffsetRange(name, 0, o, o + 2) for o in range(0, 600, 3)]  # gaps of one record
+    ranges += [OffsetRange(name, 0, o, o + 5) for o in range(7, 600, 97)]  # overlapping them
+    ranges += [OffsetRange(name, 0, 600, 601), OffsetRange(name, 0, 606, 607)]  # 500 kB apart
+    ranges += [OffsetRange(name, 0, 610, 615), OffsetRange(name, 0, 630, 700)]
+    wanted = sorted(o for r in ranges for o in range(r.start, min(r.end, 642)))
+    df = kafka.read(spark, on(path, cluster.config), ranges, columns=["offset", "value"])
+    got = sorted((r.offset, r.value) for r in df.collect())
+    every = [*small, *large, *small[:30]]
+    assert got == [(o, every[o].value) for o in wanted]
+
+
 def test_reader_never_joins_or_commits(spark, cluster, topic, path):
     name, _ = topic
     before = set(kafka.list_groups(Cluster("c", cluster.config)))

@@ -97,5 +97,21 @@ def test_slice_bounds_grow_and_close_at_the_log():
     assert s.bounds(K)[0] == 90
     s.close_at_log_bounds(K)
     assert s.is_left_closed and s.is_open
-    small = search._first_slice(5, 0, 600, K)
-    assert small.bounds(K) == (0, 600) and not small.is_open
+    whole = search._first_slice(5, 0, 600, K, whole=True)
+    assert whole.bounds(K) == (0, 600) and not whole.is_open
+    assert search._first_slice(5000, 0, 20_000, K, whole=True).bounds(K) == (0, 20_000)
+
+
+def test_partitions_read_whole_are_the_small_and_the_densely_anchored():
+    """No lookups where the first slices alone would read half the partition anyway."""
+    first_read = 2 * (K + 1) + search.FIRST_RADIUS
+
+    def at(tp: tuple[str, int], n: int) -> list[dict]:
+        return [{"dst_topic": tp[0], "dst_partition": tp[1], "anchor_timestamp_ms": i}
+                for i in range(n)]  # fmt: skip
+
+    size = 20_000
+    dense = -(-size // (2 * first_read))  # the fewest anchors whose first slices cover half
+    bounds = {("small", 0): (0, search.SMALL_PARTITION), ("t", 0): (0, size), ("t", 1): (0, size)}
+    positions = at(("small", 0), 1) + at(("t", 0), dense) + at(("t", 1), dense - 1)
+    assert search._read_whole(positions, bounds, K) == {("small", 0), ("t", 0)}

@@ -253,12 +253,17 @@ def search_destination(
         .distinct()
         .collect()
     ]
-    # A partition small enough to be read whole at once needs no lookup.
-    small = [p for p in positions if _log_size(bounds, p) <= SMALL_PARTITION]
-    large = [p for p in positions if _log_size(bounds, p) > SMALL_PARTITION]
+    whole = _read_whole(positions, bounds, k)
+    large = [p for p in positions if (p["dst_topic"], p["dst_partition"]) not in whole]
+    if large:
+        progress(f"destination: looking up {len(large)} anchor timestamps")
     at = anchor_positions(dst, large, bounds)
-    at.update({(p["dst_topic"], p["dst_partition"], p["anchor_timestamp_ms"]): 0 for p in small})
-    slices = {key: _first_slice(pos, *bounds[(key[0], key[1])], k) for key, pos in at.items()}
+    at.update({(p["dst_topic"], p["dst_partition"], p["anchor_timestamp_ms"]): 0 for p in positions
+               if (p["dst_topic"], p["dst_partition"]) in whole})  # fmt: skip
+    slices = {
+        key: _first_slice(pos, *bounds[(key[0], key[1])], k, (key[0], key[1]) in whole)
+        for key, pos in at.items()
+    }
     book, parts = RangeBook(), []
     offsets_read, step = 0, 0
     while step < MAX_STEPS and any(s.is_open or not s.read_bounds for s in slices.values()):
@@ -310,17 +315,32 @@ def search_destination(
     )
 
 
-def _log_size(bounds: Mapping[TopicPartitionKey, tuple[int, int]], position: Mapping) -> int:
-    start, end = bounds[(position["dst_topic"], position["dst_partition"])]
-    return end - start
+def _read_whole(
+    positions: Sequence[Mapping], bounds: Mapping[TopicPartitionKey, tuple[int, int]], k: int
+) -> set[TopicPartitionKey]:
+    """Destination partitions read whole at once, with no lookup and no search: those no
+    larger than a few steps would read, and those whose anchor positions are so many that
+    their first slices alone would cover half of it. A lookup costs a request and a read per
+    anchor (a cutover's 200 groups on a 20,000-record partition spent a minute in them) and
+    deciding overlapping slices costs more than the records they hold."""
+    first_read = 2 * (k + 1) + FIRST_RADIUS
+    per_tp: dict[TopicPartitionKey, int] = defaultdict(int)
+    for p in positions:
+        per_tp[(p["dst_topic"], p["dst_partition"])] += 1
+    out = set()
+    for tp, n in per_tp.items():
+        size = bounds[tp][1] - bounds[tp][0]
+        if size <= SMALL_PARTITION or 2 * n * first_read >= size:
+            out.add(tp)
+    return out
 
 
-def _first_slice(position: int, log_start: int, log_end: int, k: int) -> AnchorSlice:
-    """The anchor's millisecond and context; a partition no larger than a few steps would
-    read is read whole at once, which needs no look at all."""
+def _first_slice(position: int, log_start: int, log_end: int, k: int, whole: bool) -> AnchorSlice:
+    """The anchor's millisecond and context, or (`whole`) its partition's whole log, which
+    needs no look at all."""
     s = AnchorSlice(position, log_start, log_end, before=0, after=FIRST_RADIUS)
-    if log_end - log_start <= SMALL_PARTITION:
-        s.position, s.before, s.after = log_start, 0, SMALL_PARTITION
+    if whole:
+        s.position, s.before, s.after = log_start, 0, max(SMALL_PARTITION, log_end - log_start)
     s.close_at_log_bounds(k)
     return s
 
