@@ -10,11 +10,11 @@ Counted by consuming (never with `audit`): every destination partition is read o
 group's next source record is found there by content; per group partition, the records between
 MM2's committed offset and that one are what a consumer of MM2's translation would receive again
 (behind) or skip (ahead); a partition MM2 left without an offset (its commit below the oldest
-offset sync MM2 kept) is counted apart, with what `auto.offset.reset` would do. Then `./spark-
-submit.sh migrate --execute` (wall time) and the same count on Ferry's offsets (zero expected),
-beside the raw-client floor measured in the same run: a plain confluent-kafka program that reads
-every destination partition once, finds each group's record by content and commits the 200 groups
-(what any exact migration must do).
+offset sync MM2 kept) is counted apart, with what `auto.offset.reset` would do. Then
+`./spark-submit.sh migrate --execute` (wall time) and the same count on Ferry's offsets (zero
+expected), beside the raw-client floor measured in the same run: a plain confluent-kafka program
+that reads every destination partition once, finds each group's record by content and commits the
+200 groups (what any exact migration must do).
 Exit 1 when a run fails or Ferry's offsets deliver any record again or skip one.
 """
 
