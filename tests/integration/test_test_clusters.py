@@ -67,3 +67,25 @@ def test_the_testing_package_starts_only_kafka_jvms():
     for name, first in launches:
         assert any(name == a and first.startswith(b) for a, b in allowed), (name, first)
     assert ("brokers.py", "_java(") in {(n, f[:6]) for n, f in launches}
+
+
+def test_a_port_taken_before_the_node_binds_it_starts_the_cluster_again(monkeypatch):
+    """free_port's port can be taken by another process before Kafka binds it: the start is
+    tried again on new ports instead of failing the suite."""
+    import socket
+
+    from ferry.testing import brokers
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = [taken.getsockname()[1]]
+    real = brokers.free_port
+    monkeypatch.setattr(brokers, "free_port", lambda: ports.pop() if ports else real())
+    try:
+        with brokers.local_brokers("port-taken") as (cluster,):
+            assert taken.getsockname()[1] not in {n.port for n in cluster.nodes}
+            assert cluster.nodes[0].is_running()
+    finally:
+        taken.close()
+    assert not ports  # the taken port was handed to the first attempt

@@ -63,6 +63,10 @@ class BrokerError(RuntimeError):
     """A local cluster could not be started."""
 
 
+class PortTakenError(BrokerError):
+    """A node could not bind a port it was given: another process took it first."""
+
+
 @dataclass
 class KafkaNode:
     """One Kafka JVM of a cluster."""
@@ -133,10 +137,20 @@ class LocalBroker:
             return ""
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now and not handed out before by this process. Another process
+    can still take it before its user binds it: `start_broker` starts again on new ports when
+    a node could not bind one."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def _stop_process(process: subprocess.Popen | None, graceful: bool) -> None:
@@ -246,7 +260,8 @@ def _wait_until_ready(cluster: LocalBroker, timeout_s: float) -> None:
     while time.monotonic() < deadline:
         for node in cluster.nodes:
             if node.node_id in running and not node.is_running():
-                raise BrokerError(
+                taken = "Address already in use" in cluster.log_tail(10_000)
+                raise (PortTakenError if taken else BrokerError)(
                     f"cluster {cluster.name}: node {node.node_id} exited with "
                     f"{node.process.returncode}: {cluster.log_tail(8)}"
                 )
@@ -277,7 +292,33 @@ def start_broker(
 
     `settings` adds broker settings (e.g. `log.cleaner.backoff.ms`); `security` is a
     `ferry.testing.security.Security` whose listener and client settings the cluster uses;
-    `artifacts` another Kafka version (`ferry.testing.artifacts.KAFKA_39`)."""
+    `artifacts` another Kafka version (`ferry.testing.artifacts.KAFKA_39`). A node that could
+    not bind a port it was given (taken by another process since `free_port` found it) makes
+    the cluster start again, on new ports, up to `_BIND_ATTEMPTS` times."""
+    for attempt in range(1, _BIND_ATTEMPTS + 1):
+        try:
+            return _start_once(
+                name, log_dir, timeout_s, proxied, nodes, settings, security, artifacts
+            )
+        except PortTakenError:
+            if attempt == _BIND_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+_BIND_ATTEMPTS = 3
+
+
+def _start_once(
+    name: str,
+    log_dir: Path | None,
+    timeout_s: float,
+    proxied: bool,
+    nodes: int,
+    settings: Mapping[str, str] | None,
+    security: object | None,
+    artifacts: ArtifactSet,
+) -> LocalBroker:
     if proxied and nodes != 1:
         raise BrokerError("a proxied cluster has one node (the proxy stands for one broker)")
     base = Path(log_dir) if log_dir else None
