@@ -5,6 +5,8 @@
 - `metadata`, `log_offsets`, `groups`: topics, watermarks, groups, committed offsets, deletes,
   all in bulk, under one retry policy (`retry`, classifying errors with `failures`; `admin`
   re-exports them for old importers);
+- `isolated`: a worker process for the one admin call that can crash the client (committed
+  offsets: librdkafka issue 5040);
 - `commits`: group offsets written one request per group, confirmed by reading them back;
 - `reader`: the one read loop (plain assigned consumer, reconnects, time limit), shared by the
   driver and the executors;

@@ -10,6 +10,7 @@ Spark's executors. `consumer_conf` is the one consumer configuration: every reco
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -121,6 +122,11 @@ class Cluster:
         """The last refusal (see `refusal`) the current AdminClient reported to its error_cb,
         once its poll() has served it; every other error is the request's own to report."""
         return self._refusals[-1] if self._refusals else None
+
+    def detached(self) -> Cluster:
+        """The same cluster without this process's AdminClient: what can be sent to another
+        process (`ferry.kafka.isolated`)."""
+        return dataclasses.replace(self)
 
     def renew_admin(self) -> None:
         """Drop the AdminClient; the next call builds a fresh one (new connections).

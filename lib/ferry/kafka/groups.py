@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ferry.kafka import isolated
 from ferry.kafka.cluster import Cluster, ClusterError
 from ferry.kafka.failures import short_reason
 from ferry.kafka.retry import checked_future, gather_into, gather_one
@@ -89,10 +90,33 @@ def committed_offsets(
 ) -> dict[str, dict[TopicPartitionKey, int]]:
     """Each group's committed offsets (partitions without a commit are left out). Every
     group's request is sent before any answer is awaited (the client takes one group per
-    OffsetFetch). With `errors`, as `describe_groups`."""
+    OffsetFetch). With `errors`, as `describe_groups`; a group one of whose partitions was
+    answered with an error is not answered (never half a group's offsets).
+
+    Asked from a worker process (`ferry.kafka.isolated`): an AdminClient whose offset fetch
+    is answered NOT_COORDINATOR crashes the process it runs in."""
     if not groups:
         return {}
+    answers, failed = isolated.run(
+        f"{cluster.name}: fetch committed offsets",
+        _committed_offsets_here,
+        cluster.detached(),
+        list(groups),
+        errors is not None,
+    )
+    if errors is not None:
+        errors.update(failed)
+    return answers
+
+
+def _committed_offsets_here(
+    detached: Cluster, groups: list[str], with_errors: bool
+) -> tuple[dict[str, dict[TopicPartitionKey, int]], dict[str, ClusterError]]:
+    """`committed_offsets`, run in the worker on the worker's own copy of the cluster (its
+    AdminClient kept between calls)."""
     from confluent_kafka import ConsumerGroupTopicPartitions
+
+    cluster = isolated.resident(detached)
 
     def submit(admin, keys):  # noqa: ANN001, ANN202
         return {
@@ -102,17 +126,32 @@ def committed_offsets(
             for g in keys
         }
 
+    errors: dict[str, ClusterError] = {}
     answers = gather_into(
-        cluster, lambda g: f"fetch committed offsets of group {g}", list(groups), submit, errors
+        cluster,
+        lambda g: f"fetch committed offsets of group {g}",
+        groups,
+        submit,
+        errors if with_errors else None,
     )
-    return {
-        group: {
-            (tp.topic, tp.partition): tp.offset
-            for tp in answer.topic_partitions  # type: ignore[attr-defined]
-            if tp.offset is not None and tp.offset >= 0 and tp.error is None
-        }
-        for group, answer in answers.items()
-    }
+    out: dict[str, dict[TopicPartitionKey, int]] = {}
+    for group, answer in answers.items():
+        offsets: dict[TopicPartitionKey, int] = {}
+        for tp in answer.topic_partitions:  # type: ignore[attr-defined]
+            if tp.error is not None:
+                error = ClusterError(
+                    f"{cluster.name}: committed offset of group {group} on "
+                    f"{tp.topic}[{tp.partition}]: {tp.error.str()}"
+                )
+                if not with_errors:
+                    raise error
+                errors[group] = error
+                break
+            if tp.offset is not None and tp.offset >= 0:
+                offsets[(tp.topic, tp.partition)] = tp.offset
+        else:
+            out[group] = offsets
+    return out, errors
 
 
 class GroupActiveError(ClusterError):
