@@ -21,6 +21,7 @@ from ferry.cli import (
     ArgumentParser,
     Progress,
     add_common_arguments,
+    emit_json_lines,
     emit_rows,
     exit_process,
     parse_span,
@@ -117,9 +118,14 @@ def main(argv: list[str]) -> int:
         paths = migrate.export_csv(plan, decisions, args.export_dir)
         progress(f"exported {len(paths)} CSV files to {args.export_dir}")
 
-    emit_rows(
-        lambda: migrate.output_rows(plan, decisions, counts), migrate.OUTPUT_COLUMNS, args.output
-    )
+    if args.output == "json":
+        emit_json_lines(migrate.output_json(plan, decisions, counts))
+    else:
+        emit_rows(
+            lambda: migrate.output_rows(plan, decisions, counts),
+            migrate.OUTPUT_COLUMNS,
+            args.output,
+        )
     lines, total = migrate.summary(plan, decisions, args.execute, ledger)
     for line in lines:
         print(line, file=sys.stderr)
