@@ -152,8 +152,14 @@ def emit_json_document(head: Mapping[str, Any], lists: Mapping[str, Iterable[Any
     for key, items in lists.items():
         out.write(f"{sep}  {json.dumps(key)}: [")
         first = "\n    "
+        chunk: list[str] = []
         for item in items:
-            out.write(first + json.dumps(_plain(item), default=str))
+            chunk.append(_ENCODE(_plain(item)))
+            if len(chunk) == WRITE_ROWS:  # one write per chunk, as emit_json_lines
+                out.write(first + ",\n    ".join(chunk))
+                first, chunk = ",\n    ", []
+        if chunk:
+            out.write(first + ",\n    ".join(chunk))
             first = ",\n    "
         out.write("]" if first == "\n    " else "\n  ]")
         sep = ",\n"
