@@ -31,7 +31,7 @@ from ferry.cli import (
 )
 from ferry.config import load_config, require
 from ferry.groups.selection import require_groups
-from ferry.session import build_session
+from ferry.session import start_session
 from ferry.status import GroupState
 from ferry.write.ledger import new_run_id
 
@@ -52,7 +52,8 @@ def main(argv: list[str]) -> int:
     check_regex("--group", args.group)
     progress = Progress(not args.quiet)
     src, dst = cfg.client("source"), cfg.client("destination")
-    spark = build_session("ferry-audit")
+    # The session starts while discovery asks both clusters about every group.
+    session = start_session("ferry-audit")
     run_id, audited_at = new_run_id("audit"), datetime.now(timezone.utc)
 
     progress("discovering groups")
@@ -67,6 +68,7 @@ def main(argv: list[str]) -> int:
             "their exact offsets are those of this moment"
         )
     progress(f"{len(disc.groups)} groups selected")
+    spark = session()
     plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
     spans = {s for r in plan.rows if r["is_resolved"] and (s := audit.row_span(r))}
     counts = audit.count_records(spark, dst, spans, disc.destination_bounds, cfg, progress)

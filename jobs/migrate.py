@@ -21,6 +21,7 @@ from ferry.cli import (
     ArgumentParser,
     Progress,
     add_common_arguments,
+    emit_json_lines,
     emit_rows,
     exit_process,
     parse_span,
@@ -29,7 +30,7 @@ from ferry.cli import (
 )
 from ferry.config import load_config, require
 from ferry.groups.selection import require_groups
-from ferry.session import build_session
+from ferry.session import start_session
 from ferry.write import rollback
 from ferry.write.ledger import Ledger, new_run_id
 
@@ -81,7 +82,9 @@ def main(argv: list[str]) -> int:
         )
     require(cfg, "source", "destination", "ledger.path")
     src, dst = cfg.client("source"), cfg.client("destination")
-    spark = build_session("ferry-migrate")
+    # The session starts while discovery asks both clusters about every group (seconds for
+    # 10,000 groups); neither waits for the other.
+    session = start_session("ferry-migrate")
 
     progress("discovering groups")
     disc = migrate.discover(src, dst, cfg, args.allow_active_source)
@@ -89,6 +92,7 @@ def main(argv: list[str]) -> int:
     for warning in disc.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     progress(f"{len(disc.groups)} groups selected, {len(disc.refusals)} refused")
+    spark = session()
     plan, decisions = migrate.replan_pending(
         spark,
         src,
@@ -114,9 +118,14 @@ def main(argv: list[str]) -> int:
         paths = migrate.export_csv(plan, decisions, args.export_dir)
         progress(f"exported {len(paths)} CSV files to {args.export_dir}")
 
-    emit_rows(
-        lambda: migrate.output_rows(plan, decisions, counts), migrate.OUTPUT_COLUMNS, args.output
-    )
+    if args.output == "json":
+        emit_json_lines(migrate.output_json(plan, decisions, counts))
+    else:
+        emit_rows(
+            lambda: migrate.output_rows(plan, decisions, counts),
+            migrate.OUTPUT_COLUMNS,
+            args.output,
+        )
     lines, total = migrate.summary(plan, decisions, args.execute, ledger)
     for line in lines:
         print(line, file=sys.stderr)

@@ -35,6 +35,7 @@ from ferry.output import (  # noqa: F401 - re-exported for the jobs
     emit,
     emit_json,
     emit_json_document,
+    emit_json_lines,
     emit_rows,
     print_summary,
     render,

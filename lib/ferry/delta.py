@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -51,15 +52,20 @@ def append_rows(
 
 def append_columns(
     spark: SparkSession,
-    columns: Mapping[str, list],
+    columns: Mapping[str, list] | Any,
     schema: StructType,
     path: str,
     metadata: Mapping[str, str] | None = None,
 ) -> str:
-    """Append rows given column by column (a list per `schema` name, all of one length).
-    Without the jars no Spark job runs: the columns go to Arrow on the driver (column-wise:
-    8x faster than rows), which keeps a small append (one ledger outcome) cheap."""
+    """Append rows given column by column (a list per `schema` name, all of one length, or
+    a pyarrow Table of `schema`'s columns in `to_arrow_schema`'s types). Without the jars no
+    Spark job runs: the columns go to Arrow on the driver (column-wise: 8x faster than rows),
+    which keeps a small append (one ledger outcome) cheap; a Table is written as it is."""
     names = schema.fieldNames()
+    if not isinstance(columns, Mapping):  # a pyarrow Table (pyarrow is imported on first use)
+        if not has_delta_jars(spark):
+            return _append_arrow(columns, path, metadata)
+        columns = columns.to_pydict()
     if has_delta_jars(spark):
         df = spark.createDataFrame(list(zip(*(columns[c] for c in names), strict=True)), schema)
         return append(spark, df, path, metadata)

@@ -106,17 +106,39 @@ def emit_rows(
             writer.writerow({c: _plain(r.get(c)) for c in columns})
     else:
         encode = json.JSONEncoder(default=str).encode
-        chunk: list[str] = []
-        n = 0
-        for r in make_rows():
-            chunk.append(encode(_plain_row(r, columns)))
-            if len(chunk) == WRITE_ROWS:  # one write per chunk: a write per row cost seconds
-                out.write(("[\n  " if not n else ",\n  ") + ",\n  ".join(chunk))
-                n, chunk = n + len(chunk), []
-        if chunk:
+        emit_json_lines(encode(_plain_row(r, columns)) for r in make_rows())
+    out.flush()
+
+
+def json_row(row: Mapping[str, Any], columns: Sequence[str]) -> str:
+    """One row as `emit_rows` writes it in a JSON array (`json_fields` joins such texts)."""
+    return _ENCODE(_plain_row(row, columns))
+
+
+def json_fields(row: Mapping[str, Any], columns: Sequence[str]) -> str:
+    """`columns` of `row` as the text between the braces of `json_row`: a caller that prints
+    many rows sharing these fields encodes them once and joins the texts."""
+    return _ENCODE(_plain_row(row, columns))[1:-1]
+
+
+_ENCODE = json.JSONEncoder(default=str).encode
+
+
+def emit_json_lines(lines: Iterable[str]) -> None:
+    """A JSON array on stdout from rows already encoded (`json_row`), one per line, written a
+    chunk at a time — the text `emit_rows` writes for -o json."""
+    out = sys.stdout
+    chunk: list[str] = []
+    n = 0
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == WRITE_ROWS:  # one write per chunk: a write per row cost seconds
             out.write(("[\n  " if not n else ",\n  ") + ",\n  ".join(chunk))
-            n += len(chunk)
-        out.write("\n]\n" if n else "[]\n")
+            n, chunk = n + len(chunk), []
+    if chunk:
+        out.write(("[\n  " if not n else ",\n  ") + ",\n  ".join(chunk))
+        n += len(chunk)
+    out.write("\n]\n" if n else "[]\n")
     out.flush()
 
 
@@ -130,8 +152,14 @@ def emit_json_document(head: Mapping[str, Any], lists: Mapping[str, Iterable[Any
     for key, items in lists.items():
         out.write(f"{sep}  {json.dumps(key)}: [")
         first = "\n    "
+        chunk: list[str] = []
         for item in items:
-            out.write(first + json.dumps(_plain(item), default=str))
+            chunk.append(_ENCODE(_plain(item)))
+            if len(chunk) == WRITE_ROWS:  # one write per chunk, as emit_json_lines
+                out.write(first + ",\n    ".join(chunk))
+                first, chunk = ",\n    ", []
+        if chunk:
+            out.write(first + ",\n    ".join(chunk))
             first = ",\n    "
         out.write("]" if first == "\n    " else "\n  ]")
         sep = ",\n"

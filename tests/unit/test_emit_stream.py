@@ -51,3 +51,10 @@ def test_json_rows_written_in_chunks_are_one_array():
     rows = [{"group": f"g{i}", "offset": i} for i in range(2 * 2000 + 1)]  # across chunk ends
     text = _out(cli.emit_rows, lambda: iter(rows), ["group", "offset"], "json")
     assert text == _out(cli.emit, rows, ["group", "offset"], "json")
+
+
+def test_json_document_written_in_chunks_keeps_an_item_per_line():
+    rows = [{"group": f"g{i}", "offset": i} for i in range(2 * 2000 + 1)]  # across chunk ends
+    text = _out(cli.emit_json_document, {"run_id": "r"}, {"rows": iter(rows), "none": iter([])})
+    assert json.loads(text) == {"run_id": "r", "rows": rows, "none": []}
+    assert text.count('{"group"') == len(rows) == text.count("\n    {")

@@ -84,11 +84,16 @@ def audit_rows(
 ) -> list[dict]:
     """One audit row per plan row (group × destination partition)."""
     out = []
+    # A group's states are worked out once, not once per partition.
+    about: dict[str, tuple[GroupState, int, bool, str]] = {}
     for plan in plan_rows:
         group = plan["group"]
-        state = GroupState.parse(destination_states.get(group))
-        members = destination_members.get(group, 0)
-        live = is_live(state, members)
+        if (known := about.get(group)) is None:
+            state = GroupState.parse(destination_states.get(group))
+            members = destination_members.get(group, 0)
+            source = GroupState.parse(source_states.get(group)).value
+            known = about[group] = (state, members, is_live(state, members), source)
+        state, members, live, source_state = known
         row = {
             "group": group,
             "topic": plan["dst_topic"],
@@ -100,7 +105,7 @@ def audit_rows(
             "group_state": state.value,
             "is_counted": None,
             "members": members,
-            "source_state": GroupState.parse(source_states.get(group)).value,
+            "source_state": source_state,
         }
         notes = [plan["note"]] if plan.get("note") else []
         if not plan["is_resolved"]:

@@ -34,6 +34,7 @@ _HOMES = {
     "export_csv": "ferry.migrate.load",
     "ledger_rows": "ferry.migrate.load",
     "merge_intervals": "ferry.migrate.ranges",
+    "output_json": "ferry.migrate.load",
     "output_rows": "ferry.migrate.load",
     "record_dry_run": "ferry.migrate.load",
     "replan_pending": "ferry.migrate.plan",

@@ -42,14 +42,26 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
     group on a reconciled topic whose consumers would or might receive more than
     `max_duplicates` records a second time (duplicates + unplaced records) is REFUSED."""
     out: dict[str, GroupDecision] = {}
+    # Each position's (destination partition, offset), None while unresolved: worked out once
+    # per position, so a group's targets are one lookup per partition (10,000 groups' rows
+    # read as dicts cost 6.5 s at load 15).
+    target_of = {
+        position: ((r["dst_topic"], r["dst_partition"]), r["destination_offset"])
+        if r["is_resolved"]
+        else None
+        for position, r in plan.positions.items()
+    }
     for group in plan.groups():
         if group in plan.group_notes:
             status, note = plan.group_notes[group]
             out[group] = GroupDecision(group, status, note, {})
             continue
-        rows = plan.shared_rows_of(group)
-        unresolved = [r for r in rows if not r["is_resolved"]]
-        if unresolved:
+        # Rows made outside matching (reconciled topics) are the only ones with duplicates.
+        extra = plan.extra.get(group, [])
+        pairs = [target_of[(t, p, o)] for (t, p), o in plan.exact.get(group, {}).items()]
+        if None in pairs or not all(r["is_resolved"] for r in extra):
+            rows = plan.shared_rows_of(group)
+            unresolved = [r for r in rows if not r["is_resolved"]]
             bad = sorted({r["status"] for r in unresolved})
             status = (
                 GroupStatus.PENDING if bad == [PartitionStatus.PENDING] else GroupStatus.UNRESOLVED
@@ -59,13 +71,21 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
                 message += f": {notes[0]}"
             out[group] = GroupDecision(group, status, message, {})
             continue
-        targets = {(r["dst_topic"], r["dst_partition"]): r["destination_offset"] for r in rows}
+        targets = dict(pairs)
+        targets.update(
+            {(r["dst_topic"], r["dst_partition"]): r["destination_offset"] for r in extra}
+        )
         now = plan.previous.get(group, {})
-        previous = {tp: now[tp] for tp in targets if tp in now}
-        for r in plan.extra.get(group, []):  # rows made with their own previous offset
+        previous = {tp: now[tp] for tp in targets if tp in now} if now else {}
+        for r in extra:  # rows made with their own previous offset
             if r.get("previous_offset") is not None:
                 previous[(r["dst_topic"], r["dst_partition"])] = r["previous_offset"]
-        decision, reason = rules.forward_decision(targets, previous, allow_rewind)
+        if not previous and targets:
+            # Nothing committed on the destination yet: the write only sets offsets (what
+            # forward_decision says too, without sorting every partition).
+            decision, reason = rules.DECISION_FORWARD, None
+        else:
+            decision, reason = rules.forward_decision(targets, previous, allow_rewind)
         if decision == rules.DECISION_ALREADY:
             out[group] = GroupDecision(
                 group,
@@ -75,9 +95,9 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
             )
         elif decision == rules.DECISION_MIXED:
             out[group] = GroupDecision(group, GroupStatus.REFUSED, reason, {})
-        elif (again := _delivered_again(rows)) > max_duplicates:
+        elif (again := _delivered_again(extra)) > max_duplicates:
             out[group] = GroupDecision(
-                group, GroupStatus.REFUSED, _duplicates_message(rows, again), {}
+                group, GroupStatus.REFUSED, _duplicates_message(extra, again), {}
             )
         else:
             out[group] = GroupDecision(group, GroupStatus.READY, None, targets)

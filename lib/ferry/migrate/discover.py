@@ -100,12 +100,19 @@ def discover(
         previous={},
         destination_members={g: len(destination_info[g].members) for g in groups},
     )
+    # Every rule (selection, renames, partitioning) is decided once per topic: ten thousand
+    # groups on a few topics are 640,000 partitions, and regexes per partition cost seconds.
+    fetched: set[TopicPartitionKey] = set().union(*(o.keys() for o in committed_all.values()))
+    topic_plans = {t: _topic_plan(t, cfg, src_topics, dst_topics) for t in {t for t, _ in fetched}}
+    # Partitions past the destination's count (a topic recreated with fewer partitions can
+    # leave commits there): looked for in a group only when some group has one.
+    beyond = {tp for tp in fetched if (plan := topic_plans[tp[0]]) and tp[1] >= plan[2]}
     for group in groups:
-        disc.committed[group] = {
-            tp: off
-            for tp, off in committed_all[group].items()
-            if not tp[0].startswith("__") and cfg.topics.matches(tp[0]) and tp[0] in src_topics
-        }
+        offsets = committed_all[group]
+        plans = {t: topic_plans[t] for t in {t for t, _ in offsets}}
+        if any(plan is None for plan in plans.values()):
+            offsets = {tp: o for tp, o in offsets.items() if plans[tp[0]] is not None}
+        disc.committed[group] = offsets  # the fetched dict itself when every topic is kept
         if not source_info[group].state.is_inactive and not plan_active:
             if allow_active_source:
                 disc.warnings.append(
@@ -121,27 +128,31 @@ def discover(
             disc.refusals[group] = (
                 f"destination group is {destination_info[group].state}, not Empty; never moved"
             )
-        for topic, partition in disc.committed[group]:
-            dst_topic = cfg.topics.destination_topic(topic)
-            mode = cfg.matching.partitioning_for(topic)
-            is_resized = dst_topics.get(dst_topic) != src_topics[topic]
-            if dst_topic in dst_topics and (mode == "reconcile" or (mode == "auto" and is_resized)):
+        for topic, plan in plans.items():
+            if plan is None:
+                continue
+            dst_topic, mode, partitions = plan
+            if mode == _RECONCILE:
                 disc.reconcile_topics[topic] = (src_topics[topic], dst_topics[dst_topic])
-            elif dst_topic not in dst_topics:
-                disc.missing[(group, (topic, partition))] = f"topic {dst_topic} not on destination"
-            elif partition >= dst_topics[dst_topic]:
-                disc.missing[(group, (topic, partition))] = (
-                    f"{dst_topic} has {dst_topics[dst_topic]} partitions on destination"
-                )
+            elif mode == _MISSING:
+                for tp in offsets:
+                    if tp[0] == topic:
+                        disc.missing[(group, tp)] = f"topic {dst_topic} not on destination"
+            elif beyond:
+                for tp in offsets:
+                    if tp[0] == topic and tp in beyond:
+                        disc.missing[(group, tp)] = (
+                            f"{dst_topic} has {partitions} partitions on destination"
+                        )
     active = [g for g in groups if g not in disc.refusals]
     disc.previous = {g: dst_offsets[g] for g in active}
-    needed = {tp for g in active for tp in disc.committed[g]}
-    dst_needed = {
-        (cfg.topics.destination_topic(t), p)
-        for g in active
-        for (t, p) in disc.committed[g]
-        if (g, (t, p)) not in disc.missing and not disc.is_reconciled(t)
-    }
+    # The distinct partitions, gathered by set unions (C speed) rather than a Python loop over
+    # every group partition.
+    needed: set[TopicPartitionKey] = set().union(*(disc.committed[g].keys() for g in active))
+    missing = {tp for _g, tp in disc.missing}
+    # Whether a partition lands depends on the topic and partition alone, not the group.
+    exact_needed = {tp for tp in needed if not disc.is_reconciled(tp[0]) and tp not in missing}
+    dst_needed = {(cfg.topics.destination_topic(t), p) for t, p in exact_needed}
     # Reconciled topics: every partition on both sides (records move between partitions).
     for topic, (n_src, n_dst) in disc.reconcile_topics.items():
         needed |= {(topic, p) for p in range(n_src)}
@@ -152,16 +163,42 @@ def discover(
     return disc
 
 
+_RECONCILE = "reconcile"
+_MISSING = "missing"
+_EXACT = "exact"
+
+
+def _topic_plan(
+    topic: str, cfg: FerryConfig, src_topics: dict[str, int], dst_topics: dict[str, int]
+) -> tuple[str, str, int] | None:
+    """How a source topic's committed partitions are planned: None (not selected: internal,
+    excluded or gone from the source), else (destination topic, _RECONCILE | _MISSING |
+    _EXACT, the destination's partition count)."""
+    if topic.startswith("__") or not cfg.topics.matches(topic) or topic not in src_topics:
+        return None
+    dst_topic = cfg.topics.destination_topic(topic)
+    mode = cfg.matching.partitioning_for(topic)
+    is_resized = dst_topics.get(dst_topic) != src_topics[topic]
+    if dst_topic in dst_topics and (mode == "reconcile" or (mode == "auto" and is_resized)):
+        return dst_topic, _RECONCILE, dst_topics[dst_topic]
+    if dst_topic not in dst_topics:
+        return dst_topic, _MISSING, 0
+    return dst_topic, _EXACT, dst_topics[dst_topic]
+
+
 def exact_partitions(disc: Discovery) -> dict[str, dict[TopicPartitionKey, int]]:
     """Per group that was not refused, the committed offsets exact matching resolves (not on
     a reconciled topic, with a destination partition). The group's own dict when nothing is
     left out: ten thousand groups' offsets are not copied."""
     out = {}
+    is_plain = not disc.missing and not disc.reconcile_topics  # the common case: no scan
     for group in disc.groups:
         if group in disc.refusals:
             continue
         offsets = disc.committed[group]
-        if any((group, tp) in disc.missing or disc.is_reconciled(tp[0]) for tp in offsets):
+        if not is_plain and any(
+            (group, tp) in disc.missing or disc.is_reconciled(tp[0]) for tp in offsets
+        ):
             offsets = {
                 tp: o
                 for tp, o in offsets.items()

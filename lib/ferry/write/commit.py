@@ -94,21 +94,72 @@ def restore_block(outcomes: Sequence[WriteOutcome]) -> str:
     return "\n".join(lines) + note
 
 
+@dataclass
+class LedgerTables:
+    """A run's ledger rows built column-wise (`ferry.migrate.ledger_table`), for runs too
+    large for a dict per row: `build(groups)` gives the rows of those groups as Arrow tables
+    of the ledger's columns (each write's `rows` are not used); `decided` names the groups
+    decided not to write, whose rows go in as `plan` rows."""
+
+    build: Callable[[Sequence[str]], Iterable]
+    decided: Sequence[str]
+
+
+def with_phase(table, phase: str):  # noqa: ANN001, ANN201 - a pyarrow.Table
+    import pyarrow as pa
+
+    i = table.schema.get_field_index("phase")
+    return table.set_column(i, table.schema.field(i), pa.array([phase] * table.num_rows))
+
+
+def outcome_table(table, done: Mapping[str, WriteOutcome]):  # noqa: ANN001, ANN201
+    """`_outcome_rows` column-wise: a table of ledger rows with each group's outcome."""
+    import pyarrow as pa
+
+    groups = table.column("group").to_pylist()
+    topics, partitions = table.column("topic").to_pylist(), table.column("partition").to_pylist()
+    where = zip(groups, topics, partitions, strict=True)
+    values = {
+        "previous_offset": [done[g].previous.get((t, p)) for g, t, p in where],
+        "status": [str(done[g].status) for g in groups],
+        "is_committed": [done[g].is_committed for g in groups],
+        "message": [done[g].message for g in groups],
+    }
+    for name, column in values.items():
+        i = table.schema.get_field_index(name)
+        field = table.schema.field(i)
+        table = table.set_column(i, field, pa.array(column, field.type))
+    return table
+
+
 def execute_writes(
     cluster: Cluster,
     writes: Sequence[GroupWrite],
-    decision_rows: Iterable[dict],
+    decision_rows: Iterable[dict] | LedgerTables,
     ledger: Ledger,
     lease_ms: int,
     progress: Callable[[str], None],
     batch_groups: int | None = None,
 ) -> dict[str, WriteOutcome]:
     """Write the groups as the module docstring says, `batch_groups` (default
-    `BATCH_GROUPS`) at a time; returns group → outcome."""
-    intent_rows = ({**r, "phase": PHASE_INTENT} for w in writes for r in _rows(w))
-    decided = ({**r, "phase": PHASE_PLAN} for r in decision_rows)
+    `BATCH_GROUPS`) at a time; returns group → outcome. `decision_rows`: the rows of the
+    groups not written, or `LedgerTables` for every ledger row of the run."""
     # Commits are tagged `intent` only when the run has intents (claims are looked up by it).
-    ledger.append(itertools.chain(intent_rows, decided), PHASE_INTENT if writes else PHASE_PLAN)
+    tag = PHASE_INTENT if writes else PHASE_PLAN
+    if isinstance(decision_rows, LedgerTables):
+        build = decision_rows.build
+        ledger.append_tables(
+            itertools.chain(
+                (with_phase(t, PHASE_INTENT) for t in build([w.group for w in writes])),
+                (with_phase(t, PHASE_PLAN) for t in build(decision_rows.decided)),
+            ),
+            tag,
+        )
+    else:
+        build = None
+        intent_rows = ({**r, "phase": PHASE_INTENT} for w in writes for r in _rows(w))
+        decided = ({**r, "phase": PHASE_PLAN} for r in decision_rows)
+        ledger.append(itertools.chain(intent_rows, decided), tag)
     if not writes:
         return {}
     cluster_id = cluster.conf.get("bootstrap.servers")
@@ -126,9 +177,13 @@ def execute_writes(
                 )
         outcomes.update(done)
         try:
-            ledger.append(
-                [row for w in batch for row in _outcome_rows(w, done[w.group])], PHASE_OUTCOME
-            )
+            if build is not None:
+                names = [w.group for w in batch]
+                ledger.append_tables((outcome_table(t, done) for t in build(names)), PHASE_OUTCOME)
+            else:
+                ledger.append(
+                    [row for w in batch for row in _outcome_rows(w, done[w.group])], PHASE_OUTCOME
+                )
         except LedgerError as exc:
             written = sum(1 for o in outcomes.values() if o.is_committed)
             raise OutcomeNotRecorded(

@@ -138,6 +138,46 @@ class Ledger:
             self.writer = self.writer or delta.writer_name(self.spark)
         return self.writer or delta.writer_name(self.spark)
 
+    def append_tables(self, tables: Iterable, phase: str) -> str:
+        """`append` for rows already in Arrow tables of the ledger's columns (built column-wise,
+        `ferry.migrate.ledger_table`): consecutive tables are joined into commits of about
+        `BATCH_ROWS` rows (a table is never split); this run's values fill their columns,
+        `phase` and `is_committed` (false) the rows without one."""
+        import pyarrow as pa
+
+        wrote = False
+        pending: list = []
+        for table in tables:
+            pending.append(table)
+            if sum(t.num_rows for t in pending) >= BATCH_ROWS:
+                self._append_table(pa.concat_tables(pending), phase)
+                pending, wrote = [], True
+        if pending or not wrote:
+            self._append_table(pa.concat_tables(pending) if pending else None, phase)
+        return self.writer or delta.writer_name(self.spark)
+
+    def _append_table(self, table, phase: str) -> None:  # noqa: ANN001 - a pyarrow.Table
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if table is None:  # nothing to append: the writer is still named
+            self.writer = self.writer or delta.writer_name(self.spark)
+            return
+        n = table.num_rows
+        # The run's values over the table's; `phase` and `is_committed` where it has none.
+        run = self._run_values()
+        for name, value in {**run, "is_committed": False, "phase": phase}.items():
+            i = table.schema.get_field_index(name)
+            column = pa.array([value] * n, table.schema.field(i).type)
+            if name not in run:
+                column = pc.coalesce(table.column(i), column)
+            table = table.set_column(i, table.schema.field(i), column)
+        meta = {"ferry.run_id": self.run_id, "ferry.phase": phase}
+        try:
+            self.writer = delta.append_columns(self.spark, table, LEDGER_SCHEMA, self.path, meta)
+        except Exception as exc:  # noqa: BLE001 - as _append_batch
+            raise LedgerError(f"cannot append to ledger {self.path}: {_reason(exc)}") from exc
+
     def _append_batch(self, rows: list[Mapping], phase: str) -> None:
         """One commit of every ledger column: the row's values over the defaults, this run's
         values over both — built column by column (a dict per ledger row cost more than
