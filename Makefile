@@ -53,13 +53,14 @@ test-slow: install
 	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and not cluster and not faults'
 
 # A Spark standalone master and worker started from the installed PySpark, running a job
-# with the packaged environment (see tests/integration/test_cluster.py).
+# with the packaged environment (tests/integration/test_cluster.py), and a single-node YARN +
+# HDFS (Hadoop's MiniCluster, its jars fetched once into ~/.cache/ferry) with the jobs on it
+# in cluster and client mode (tests/integration/test_yarn.py).
 test-cluster: package
-	$(PY) -m pytest -q -p no:cacheprovider -m 'cluster and not yarn'
+	$(PY) -m ferry.testing.artifacts hadoop
+	$(PY) -m pytest -q -p no:cacheprovider -m cluster
 
-# A single-node YARN + HDFS (Hadoop's MiniCluster, its jars fetched once into ~/.cache/ferry)
-# and the jobs on it in cluster and client mode (tests/integration/test_yarn.py). Not yet in
-# .ci/run: issue #30 is in progress (two of its tests are not yet verified).
+# The YARN tests alone (a subset of test-cluster).
 test-yarn: package
 	$(PY) -m ferry.testing.artifacts hadoop
 	$(PY) -m pytest -q -p no:cacheprovider -m yarn

@@ -19,9 +19,9 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from ferry import kafka
-from ferry.testing.brokers import free_port
+from ferry.testing.brokers import LocalBroker, free_port, start_broker
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.proxy import API_FETCH
 from ferry.testing.yarn import Yarn, yarn_cluster
 
 from .jobrunner import ROOT
@@ -36,6 +36,17 @@ BASE = 1_760_000_000_000
 def yarn(tmp_path_factory) -> Iterator[Yarn]:
     with yarn_cluster(tmp_path_factory.mktemp("yarn")) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def proxied_source() -> Iterator[LocalBroker]:
+    """A source cluster reached only through its FaultProxy (ferry.testing.proxy), so a test
+    can take it away while a job on YARN is reading from it."""
+    broker = start_broker("yarn-source", proxied=True)
+    try:
+        yield broker
+    finally:
+        broker.stop()
 
 
 def submit_command(
@@ -71,8 +82,40 @@ def submit(
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
 
 
-def committed(cluster, group: str) -> dict:  # noqa: ANN001
-    return kafka.committed_offsets(kafka.Cluster("c", cluster.config), [group])[group]
+def committed(cluster, group: str) -> dict[tuple[str, int], int]:  # noqa: ANN001
+    """The group's committed offsets on the test's topics (named, like the group, `unique-…`),
+    read by a consumer that never joins the group.
+
+    Not through an AdminClient (ferry.kafka.committed_offsets): its ListConsumerGroupOffsets
+    answered NOT_COORDINATOR (a cluster that has not loaded __consumer_offsets yet, a busy one)
+    crashes the whole process inside librdkafka 2.16 (rd_kafka_handle_OffsetFetch hands the
+    error to the client's consumer-group handle, which an AdminClient does not have: SIGSEGV
+    in rd_kafka_cgrp_op, librdkafka issue 5040). It took pytest down when asked about a fresh
+    destination's groups. A consumer reports the error instead; it is asked again."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    prefix = group.rsplit("-", 1)[0] + "-"
+    consumer = Consumer({**cluster.config, "group.id": group, "enable.auto.commit": False})
+    try:
+        topics = consumer.list_topics(timeout=30).topics
+        asked = [TopicPartition(name, p) for name, topic in topics.items()
+                 if name.startswith(prefix) for p in topic.partitions]  # fmt: skip
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                answer = consumer.committed(asked, timeout=30)
+                break
+            except KafkaException as exc:
+                error = exc.args[0]
+                moving = error.code() in (KafkaError.NOT_COORDINATOR,
+                                          KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                          KafkaError.COORDINATOR_NOT_AVAILABLE)  # fmt: skip
+                if not moving or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
 
 
 def migrate_config(path: Path, src, dst, prefix: str, ledger: str) -> Path:  # noqa: ANN001
@@ -189,18 +232,26 @@ def test_cluster_mode_reset_from_a_csv_and_lag_snapshot(yarn, cluster, unique, t
     assert not [x for x in snapshot.stderr.splitlines() if x.startswith("error: ")]
 
 
-def test_exit_codes_1_and_2_reach_the_submitting_side(yarn, clusters, unique, tmp_path):
+def test_exit_codes_1_and_2_reach_the_submitting_side(
+    yarn, proxied_source, clusters, unique, tmp_path
+):
     """2: a cluster-mode run whose ledger is on the container's local disk is refused with one
-    line before anything is read or committed; in client mode a bad setting. 1: the source
-    cluster cannot be reached, in either mode."""
-    src, dst = clusters
+    line before anything is read or committed; in client mode a bad setting. 1: in cluster
+    mode the source cluster lost mid-run (cut by its proxy at the first record fetch, after
+    the groups and offsets were read), in client mode a source that cannot be reached; one
+    line, nothing committed."""
+    src, dst = proxied_source, clusters[1]
+    proxy = src.proxy
+    assert proxy is not None
     want = world(src, dst, unique)
     local = migrate_config(tmp_path / "local.yaml", src, dst, unique, str(tmp_path / "ledger"))
+    asked = dict(proxy.requests)
     refused = submit(yarn, tmp_path, "migrate", "--config", str(local), "--execute")
     assert refused.returncode == 2, refused.stderr
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: ledger.path {tmp_path}/ledger is on")
     assert refused.stdout == ""
+    assert proxy.requests == asked  # refused before the source was asked anything
     for group in want:
         assert committed(dst, group) == {}, group
 
@@ -211,15 +262,27 @@ def test_exit_codes_1_and_2_reach_the_submitting_side(yarn, clusters, unique, tm
     [line] = [x for x in bad.stderr.splitlines() if x.startswith("error: ")]
     assert "reader.nope" in line, bad.stderr
 
+    shared = migrate_config(tmp_path / "m.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
+    cut = proxy.arm(API_FETCH, "cut")
+    try:  # --quiet: no progress lines, so the error is the only line
+        lost = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(shared),
+                      "--execute", "--quiet")  # fmt: skip
+    finally:
+        proxy.disarm()
+        proxy.restore()
+    assert cut.is_set(), lost.stderr  # the source went away mid-run, not before it
+    assert lost.returncode == 1, lost.stderr
+    assert lost.stdout == ""
+    [line] = lost.stderr.splitlines()
+    assert line.startswith("error: ") and f"source ({src.bootstrap})" in line, lost.stderr
+
     gone = migrate_config(tmp_path / "gone.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
     gone.write_text(gone.read_text().replace(src.bootstrap, f"127.0.0.1:{free_port()}"))
-    for mode in ("cluster", "client"):
-        lost = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(gone),
-                      "--execute", mode=mode)  # fmt: skip
-        assert lost.returncode == 1, lost.stderr
-        errors = [x for x in lost.stderr.splitlines() if x.startswith("error: ")]
-        assert len(errors) == 1 and "Traceback" not in lost.stderr, lost.stderr
-        assert "Warning" not in lost.stderr, lost.stderr  # PySpark's, in the container
+    unreachable = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(gone),
+                         "--execute", mode="client")  # fmt: skip
+    assert unreachable.returncode == 1, unreachable.stderr
+    errors = [x for x in unreachable.stderr.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in unreachable.stderr, unreachable.stderr
     for group in want:
         assert committed(dst, group) == {}, group
 
