@@ -84,14 +84,12 @@ def submit(
 
 def committed(cluster, group: str) -> dict[tuple[str, int], int]:  # noqa: ANN001
     """The group's committed offsets on the test's topics (named, like the group, `unique-…`),
-    read by a consumer that never joins the group.
-
-    Not through an AdminClient (ferry.kafka.committed_offsets): its ListConsumerGroupOffsets
-    answered NOT_COORDINATOR (a cluster that has not loaded __consumer_offsets yet, a busy one)
-    crashes the whole process inside librdkafka 2.16 (rd_kafka_handle_OffsetFetch hands the
-    error to the client's consumer-group handle, which an AdminClient does not have: SIGSEGV
-    in rd_kafka_cgrp_op, librdkafka issue 5040). It took pytest down when asked about a fresh
-    destination's groups. A consumer reports the error instead; it is asked again."""
+    read by a consumer that never joins the group: an oracle independent of Ferry's own
+    `committed_offsets`, which asks from a worker process (`ferry.kafka.isolated`) because an
+    AdminClient's offset fetch answered NOT_COORDINATOR (a cluster that has not loaded
+    __consumer_offsets yet, a busy one) crashes the process it runs in (librdkafka issue 5040;
+    it took pytest down here when this helper still used an AdminClient). A consumer reports
+    the error instead; it is asked again."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     prefix = group.rsplit("-", 1)[0] + "-"
