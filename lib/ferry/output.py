@@ -105,8 +105,7 @@ def emit_rows(
         for r in make_rows():
             writer.writerow({c: _plain(r.get(c)) for c in columns})
     else:
-        encode = json.JSONEncoder(default=str).encode
-        emit_json_lines(encode(_plain_row(r, columns)) for r in make_rows())
+        emit_json_lines(json_row(r, columns) for r in make_rows())
     out.flush()
 
 

@@ -80,12 +80,7 @@ def decide(plan: Plan, allow_rewind: bool, max_duplicates: int = 0) -> dict[str,
         for r in extra:  # rows made with their own previous offset
             if r.get("previous_offset") is not None:
                 previous[(r["dst_topic"], r["dst_partition"])] = r["previous_offset"]
-        if not previous and targets:
-            # Nothing committed on the destination yet: the write only sets offsets (what
-            # forward_decision says too, without sorting every partition).
-            decision, reason = rules.DECISION_FORWARD, None
-        else:
-            decision, reason = rules.forward_decision(targets, previous, allow_rewind)
+        decision, reason = rules.forward_decision(targets, previous, allow_rewind)
         if decision == rules.DECISION_ALREADY:
             out[group] = GroupDecision(
                 group,

@@ -18,7 +18,7 @@ from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.migrate.decision import GroupDecision
 from ferry.migrate.difference import count_records
-from ferry.migrate.ledger_table import PlanTables, plan_tables
+from ferry.migrate.ledger_table import PlanTables
 from ferry.migrate.model import Plan
 from ferry.migrate.spans import Count, Span, row_span, signed_difference
 from ferry.output import json_fields, json_row
@@ -94,16 +94,20 @@ def record_dry_run(
 ) -> None:
     """The dry run's ledger rows (`ledger_rows`' rows, built column-wise), in commits of
     `ledger.BATCH_ROWS` rows."""
-    ledger.append_tables(
-        plan_tables(
-            plan,
-            plan.groups(),
-            lambda g: _message(decisions[g]),
-            dst.conf.get("bootstrap.servers"),
-            BATCH_ROWS,
-            lambda g: group_ledger_rows(plan, g, decisions[g], dst),
-        ),
-        PHASE_PLAN,
+    ledger.append_tables(_ledger_tables(plan, decisions, dst)(plan.groups()), PHASE_PLAN)
+
+
+def _ledger_tables(
+    plan: Plan, decisions: Mapping[str, GroupDecision], dst: Cluster
+) -> PlanTables:
+    """The plan's ledger rows as Arrow tables of `ledger.BATCH_ROWS` rows, each group's rows
+    carrying its decision."""
+    return PlanTables(
+        plan,
+        lambda g: _message(decisions[g]),
+        dst.conf.get("bootstrap.servers"),
+        BATCH_ROWS,
+        lambda g: group_ledger_rows(plan, g, decisions[g], dst),
     )
 
 
@@ -237,13 +241,7 @@ def commit_groups(
         if d.is_write
     ]
     kept = commit.LedgerTables(
-        PlanTables(
-            plan,
-            lambda g: _message(decisions[g]),
-            dst.conf.get("bootstrap.servers"),
-            BATCH_ROWS,
-            lambda g: group_ledger_rows(plan, g, decisions[g], dst),
-        ),
+        _ledger_tables(plan, decisions, dst),
         [g for g in plan.groups() if not decisions[g].is_write],
     )
     outcomes = commit.execute_writes(dst, writes, kept, ledger, lease_ms, progress, batch_groups)

@@ -31,6 +31,8 @@ def forward_decision(
     `allow_rewind`, only when equal everywhere). `forward`: nowhere ahead, so the write only
     moves offsets forward (or sets missing ones). `mixed`: ahead on some partitions and behind
     on others — refused, with the reason naming both, unless `allow_rewind`."""
+    if not current:  # nothing committed yet (most groups of a cutover): no partition to sort
+        return (DECISION_FORWARD if targets else DECISION_ALREADY), None
     ahead = sorted(k for k, o in targets.items() if current.get(k) is not None and current[k] > o)
     behind = sorted(k for k, o in targets.items() if current.get(k) is None or current[k] < o)
     if not behind and (not ahead or not allow_rewind):
