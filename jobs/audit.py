@@ -27,6 +27,7 @@ from ferry.cli import (
     emit,
     emit_json_document,
     exit_process,
+    json_row,
     run,
 )
 from ferry.config import load_config, require
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
     progress(f"{len(disc.groups)} groups selected")
     spark = session()
     plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
-    spans = {s for r in plan.rows if r["is_resolved"] and (s := audit.row_span(r))}
+    spans = plan.resolved_spans()
     counts = audit.count_records(spark, dst, spans, disc.destination_bounds, cfg, progress)
     rows = audit.audit_rows(
         plan.rows,
@@ -88,8 +89,9 @@ def main(argv: list[str]) -> int:
             {**head, "exit_code": summary["total"]["exit_code"], "total": summary["total"]},
             {
                 "groups": summary["groups"],
-                "rows": ({c: r[c] for c in audit.ROW_COLUMNS} for r in rows),
+                "rows": (json_row(r, audit.ROW_COLUMNS) for r in rows),
             },
+            encoded={"rows"},
         )
     else:
         columns = audit.TABLE_COLUMNS if args.output == "table" else audit.ROW_COLUMNS

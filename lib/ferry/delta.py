@@ -109,21 +109,39 @@ def read(spark: SparkSession, path: str) -> DataFrame:
 
 
 def read_since(
-    spark: SparkSession, path: str, time_column: str, since: datetime, columns: Sequence[str]
+    spark: SparkSession,
+    path: str,
+    time_column: str,
+    since: datetime,
+    columns: Sequence[str],
+    equal: Mapping[str, object] | None = None,
+    not_equal: Mapping[str, object] | None = None,
 ) -> list[dict]:
-    """Rows whose `time_column` is at or after `since`, as dicts of `columns` (read on the
-    driver: for small recent slices of a large table, such as the ledger's open claims)."""
+    """Rows whose `time_column` is at or after `since` (and whose columns equal `equal`'s
+    values and differ from `not_equal`'s), as dicts of `columns` — read on the driver, the
+    filters applied before any row becomes a dict: for small recent slices of a large table,
+    such as the ledger's open claims (not the run's own 640,000 rows)."""
+    equal, not_equal = dict(equal or {}), dict(not_equal or {})
     if has_delta_jars(spark):
         from pyspark.sql import functions as F
 
         df = spark.read.format("delta").load(path).filter(F.col(time_column) >= F.lit(since))
+        for name, value in equal.items():
+            df = df.filter(F.col(name) == F.lit(value))
+        for name, value in not_equal.items():
+            df = df.filter(F.col(name) != F.lit(value))
         return [r.asDict() for r in df.select(*columns).collect()]
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     dataset = DeltaTable(path).to_pyarrow_dataset()
+    where = pc.field(time_column) >= since
+    for name, value in equal.items():
+        where &= pc.field(name) == value
+    for name, value in not_equal.items():
+        where &= pc.field(name) != value
     present = [c for c in columns if c in dataset.schema.names]
-    table = dataset.to_table(columns=present, filter=pc.field(time_column) >= since)
+    table = dataset.to_table(columns=present, filter=where)
     return [{c: r.get(c) for c in columns} for r in table.to_pylist()]
 
 

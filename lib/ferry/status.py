@@ -56,6 +56,12 @@ class GroupState(_Named):
         # calls in a 10,000-group audit)
         return cls._member_map_.get(key, cls.UNKNOWN)  # type: ignore[return-value]
 
+    @classmethod
+    def unlisted(cls) -> GroupState:
+        """The state of a group a cluster's group listing does not name: it does not exist
+        there, which DescribeGroups answers as DEAD."""
+        return cls.DEAD
+
     @property
     def is_inactive(self) -> bool:
         return self in (GroupState.EMPTY, GroupState.DEAD)

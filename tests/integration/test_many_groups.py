@@ -134,3 +134,24 @@ def test_a_batch_refuses_its_active_group_and_writes_the_rest(clusters, spark, t
     for g in statuses:
         assert committed(dst, g) == targets[g]
     assert committed(dst, active) == {(topic, 0): 2}
+
+
+def test_a_write_to_a_group_that_gained_members_is_refused_by_the_broker(clusters, unique):
+    """Past the state check, the broker is the last guard: it takes a commit without a member
+    id only while the group is Empty. A consumer that joins in between gets the write refused,
+    reported as the group being active, and its offsets stay as they were."""
+    _, dst = clusters
+    topic = f"{unique}-t"
+    create_topics(dst.config, {topic: 1})
+    produce(dst.config, topic, 0, unique_records(topic, 10))
+    cluster = Cluster("destination", dst.config)
+    group = f"{unique}-g"
+    assert kafka.alter_offsets_each(cluster, {group: {(topic, 0): 2}}) == {group: None}
+    consumer = join_group(dst.config, group, topic)
+    try:
+        errors = kafka.alter_offsets_each(cluster, {group: {(topic, 0): 7}})
+    finally:
+        consumer.close()
+    assert isinstance(errors[group], kafka.GroupActiveError), errors
+    assert "gained members before its write" in str(errors[group])
+    assert committed(dst, group) == {(topic, 0): 2}

@@ -17,7 +17,13 @@ from collections.abc import Mapping
 
 from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
 from ferry.kafka.failures import is_transient_error
-from ferry.kafka.groups import active_error, committed_offsets, describe_groups
+from ferry.kafka.groups import (
+    GroupActiveError,
+    active_error,
+    committed_offsets,
+    group_infos,
+    list_group_states,
+)
 from ferry.kafka.retry import checked_future, failed_future, retry_each
 from ferry.keys import TopicPartitionKey
 
@@ -33,9 +39,9 @@ def alter_offsets_each(
     repeated) and its state is checked again (a consumer may have joined meanwhile). Returns
     group → None (committed and read back) or its error: CommitUnknownError (sent, outcome
     unknown when the budget ran out or the confirming read failed), GroupActiveError (a
-    consumer joined before a resend), or ClusterError (refused by the broker, or read back
-    different)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    consumer joined before a resend, or before the write and the broker refused it), or
+    ClusterError (refused by the broker otherwise, or read back different)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 
     requests = {
         g: ConsumerGroupTopicPartitions(
@@ -78,7 +84,14 @@ def alter_offsets_each(
             out[g] = None  # found landed while confirming a lost answer: already read back
             continue
         bad = [tp for tp in answer.topic_partitions if tp.error is not None]  # type: ignore[attr-defined]
-        if bad:
+        if bad and bad[0].error.code() == KafkaError.UNKNOWN_MEMBER_ID:
+            # The broker takes a commit without a member id only while the group is Empty: a
+            # consumer joined after the state check, and the broker refused the write.
+            out[g] = GroupActiveError(
+                f"{cluster.name}: group {g} gained members before its write (the broker "
+                "refused it); refused"
+            )
+        elif bad:
             where = f"{bad[0].topic}[{bad[0].partition}]"
             out[g] = ClusterError(f"{cluster.name}: commit of group {g} {where}: {bad[0].error}")
         else:
@@ -108,10 +121,16 @@ def _raise_transient(answer):  # noqa: ANN001, ANN202 - ConsumerGroupTopicPartit
 def by_state(
     cluster: Cluster, groups: list[str]
 ) -> tuple[list[str], dict[str, ClusterError], dict[str, ClusterError]]:
-    """The groups described in one round, in the order given: (those Empty or Dead, which may
-    be written; group → why it could not be described; group → the error naming it active)."""
+    """The groups' states now, in the order given: (those Empty or Dead, which may be written;
+    group → why its state could not be read; group → the error naming it active). One
+    ListGroups for all of them (`ferry.kafka.groups.group_infos`: only groups it does not show
+    inactive are described); when the listing fails, every group gets its error."""
+    try:
+        listed = list_group_states(cluster)
+    except ClusterError as exc:
+        return [], dict.fromkeys(groups, exc), {}
     errors: dict[str, ClusterError] = {}
-    infos = describe_groups(cluster, groups, errors)
+    infos = group_infos(cluster, groups, listed, errors)
     active = {
         g: active_error(cluster, infos[g])
         for g in groups

@@ -1,7 +1,8 @@
 """Discover: which source groups are selected, their states and committed offsets on both
 clusters, and the watermarks of every partition the plan needs — all fetched in bulk, before
-any record is read. Per cluster: one DescribeGroups for every group, every group's OffsetFetch
-in flight at once, two ListOffsets; the source's and the destination's calls overlap.
+any record is read. Per cluster: one ListGroups (every group's state; only groups it does not
+show inactive are described, for their members), every group's OffsetFetch in flight at once,
+two ListOffsets; the source's and the destination's calls overlap.
 
 `migrate` refuses groups that are active on either side; `audit` (read-only) plans them too
 (`plan_active`), and reads whether the destination group is live from its state and members."""
@@ -58,9 +59,13 @@ def _both(source_call: Callable[[], A], destination_call: Callable[[], B]) -> tu
         return source, destination.result()
 
 
-def _side(cluster: Cluster, groups: list[str]):  # noqa: ANN202 - (infos, offsets, topics)
+def _side(cluster: Cluster, groups: list[str], listed: dict | None):  # noqa: ANN202
+    """(infos, offsets, topics) of one cluster; `listed`: its `list_group_states`, when
+    already asked."""
     return (
-        kafka.describe_groups(cluster, groups),
+        kafka.group_infos(
+            cluster, groups, listed if listed is not None else kafka.list_group_states(cluster)
+        ),
         kafka.committed_offsets(cluster, groups),
         kafka.list_topics(cluster),
     )
@@ -82,15 +87,16 @@ def discover(
     in the answer)."""
     kafka.check_reachable(src)
     kafka.check_reachable(dst)
+    src_listed = kafka.list_group_states(src)
     groups = [
         g
-        for g in select_groups(kafka.list_groups(src), group_pattern, cfg.groups)
+        for g in select_groups(sorted(src_listed), group_pattern, cfg.groups)
         if only is None or g in only
     ]
     # The destination's offsets are fetched for every group, refused ones too: cheaper than
     # waiting for the states before asking.
     (source_info, committed_all, src_topics), (destination_info, dst_offsets, dst_topics) = _both(
-        lambda: _side(src, groups), lambda: _side(dst, groups)
+        lambda: _side(src, groups, src_listed), lambda: _side(dst, groups, None)
     )
     disc = Discovery(
         groups=groups,

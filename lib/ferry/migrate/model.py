@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ferry.keys import TopicPartitionKey
+from ferry.migrate.spans import Span, row_span, span_between
 from ferry.status import GroupStatus
 
 Position = tuple[str, int, int]  # source topic, partition, committed offset
@@ -80,6 +81,27 @@ class Plan:
         """Every group's rows, group by group (a new iterator each time)."""
         for group in self.groups():
             yield from self.rows_of(group)
+
+    def resolved_spans(self) -> set[Span]:
+        """`row_span` of every resolved row, read from the positions without building the
+        rows (what `audit` counts; 640,000 rows built only for this took over a second)."""
+        spans: set[Span] = set()
+        for group, exact in self.exact.items():
+            previous = self.previous.get(group, {})
+            for (topic, partition), offset in exact.items():
+                position = self.positions[(topic, partition, offset)]
+                if not position["is_resolved"]:
+                    continue
+                topic, partition = position["dst_topic"], position["dst_partition"]
+                committed = previous.get((topic, partition))
+                span = span_between(topic, partition, committed, position["destination_offset"])
+                if span is not None:
+                    spans.add(span)
+        for group in self.extra:
+            spans.update(
+                s for r in self.rows_of(group) if r.get("is_resolved") and (s := row_span(r))
+            )
+        return spans
 
     def row_count(self, group: str) -> int:
         return len(self.exact.get(group, {})) + len(self.extra.get(group, []))

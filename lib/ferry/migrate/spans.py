@@ -15,11 +15,20 @@ Count = tuple[int, bool]  # records in the span, whether they were counted (else
 def row_span(row: Mapping) -> Span | None:
     """The span between a plan row's destination offset now (`previous_offset`) and its exact
     one (`destination_offset`); None when either is missing or they are equal."""
-    committed, exact = row.get("previous_offset"), row.get("destination_offset")
-    if committed is None or exact is None or committed == exact or row.get("dst_partition") is None:
+    return span_between(
+        row.get("dst_topic"), row.get("dst_partition"),
+        row.get("previous_offset"), row.get("destination_offset"),
+    )  # fmt: skip
+
+
+def span_between(
+    topic: str | None, partition: int | None, committed: int | None, exact: int | None
+) -> Span | None:
+    """`row_span` of a destination partition's committed and exact offsets."""
+    if committed is None or exact is None or committed == exact or partition is None:
         return None
     lo, hi = sorted((committed, exact))
-    return (row["dst_topic"], row["dst_partition"], lo, hi)
+    return (topic, partition, lo, hi)  # type: ignore[return-value]
 
 
 def signed_difference(committed: int, exact: int, records: int) -> int:
