@@ -59,7 +59,14 @@ def world(cluster):
     def tx(count: int, commit: bool) -> list[int]:
         start = produced_end(cluster, topic, 0)
         stamps = [BASE + (start + i) * 1000 for i in range(count)]
-        return transaction(cluster.config, topic, 0, stamps, commit)
+        offsets = transaction(cluster.config, topic, 0, stamps, commit)
+        # The coordinator writes the marker after the commit (or abort) returns: wait for it,
+        # or the next stamps are computed from an end without it (one second off each).
+        deadline = time.monotonic() + 30
+        while produced_end(cluster, topic, 0) < offsets[-1] + 2:
+            assert time.monotonic() < deadline, "the transaction marker never landed"
+            time.sleep(0.05)
+        return offsets
 
     committed += plain(0, 4)
     committed += tx(3, commit=True)

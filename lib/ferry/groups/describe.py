@@ -94,8 +94,9 @@ class GroupsSnapshot:
 
 
 def fetch_groups(cluster: Cluster, groups: Sequence[str]) -> GroupsSnapshot:
+    """States from the group listing; only groups that can have members are described."""
     return GroupsSnapshot(
-        infos=kafka.describe_groups(cluster, groups),
+        infos=kafka.group_infos(cluster, groups, kafka.list_group_infos(cluster)),
         committed=kafka.committed_offsets(cluster, groups),
         topic_partitions=kafka.list_topics(cluster, include_internal=True),
     )

@@ -42,7 +42,7 @@ _HOMES = {
     "first_records_at": "ferry.kafka.probes",
     "is_transient": "ferry.kafka.failures",
     "group_infos": "ferry.kafka.groups",
-    "list_group_states": "ferry.kafka.groups",
+    "list_group_infos": "ferry.kafka.groups",
     "list_groups": "ferry.kafka.groups",
     "list_offsets": "ferry.kafka.log_offsets",
     "list_topics": "ferry.kafka.metadata",

@@ -22,7 +22,7 @@ from ferry.kafka.groups import (
     active_error,
     committed_offsets,
     group_infos,
-    list_group_states,
+    list_group_infos,
 )
 from ferry.kafka.retry import checked_future, failed_future, retry_each
 from ferry.keys import TopicPartitionKey
@@ -126,7 +126,7 @@ def by_state(
     ListGroups for all of them (`ferry.kafka.groups.group_infos`: only groups it does not show
     inactive are described); when the listing fails, every group gets its error."""
     try:
-        listed = list_group_states(cluster)
+        listed = list_group_infos(cluster)
     except ClusterError as exc:
         return [], dict.fromkeys(groups, exc), {}
     errors: dict[str, ClusterError] = {}

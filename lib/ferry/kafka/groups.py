@@ -29,10 +29,10 @@ class GroupInfo:
     members: tuple[dict, ...] = field(default_factory=tuple)
 
 
-def list_group_states(cluster: Cluster) -> dict[str, GroupState]:
-    """Every consumer group id the cluster knows, with the state its listing gives: one
-    ListGroups per broker, however many groups (describing 10,000 groups is 10,000 requests;
-    `group_infos` describes only the groups the listing does not show inactive)."""
+def list_group_infos(cluster: Cluster) -> dict[str, GroupInfo]:
+    """Every consumer group the cluster knows, with the state and protocol type its listing
+    gives (no members: `group_infos` describes the groups that can have some). One ListGroups
+    per broker, however many groups (describing 10,000 groups is 10,000 requests)."""
 
     def complete(result):  # noqa: ANN001, ANN202 - a ListConsumerGroupsResult
         # A broker that could not be asked is in `errors`, not raised: after a dropped
@@ -51,31 +51,38 @@ def list_group_states(cluster: Cluster) -> dict[str, GroupState]:
         ),
     )
     return {
-        g.group_id: GroupState.parse(getattr(g.state, "name", str(g.state)))
+        g.group_id: GroupInfo(
+            g.group_id,
+            GroupState.parse(getattr(g.state, "name", str(g.state))),
+            "" if g.is_simple_consumer_group else "consumer",  # as `describe_groups` says it
+        )
         for g in result.valid  # type: ignore[attr-defined]
     }
 
 
 def list_groups(cluster: Cluster) -> list[str]:
     """All consumer group ids the cluster knows."""
-    return sorted(list_group_states(cluster))
+    return sorted(list_group_infos(cluster))
 
 
 def group_infos(
     cluster: Cluster,
     groups: Sequence[str],
-    listed: dict[str, GroupState],
+    listed: dict[str, GroupInfo],
     errors: dict[str, ClusterError] | None = None,
 ) -> dict[str, GroupInfo]:
-    """State and members of each group, from the cluster's listing (`list_group_states`)
-    where it shows the group Empty or absent (Dead): such a group has no members, so there is
-    nothing to ask. The others (members, a rebalance, a state the listing cannot name) are
-    described, for their members and their state now. Describing every group instead cost
-    10,000 requests for 10,000 groups, and a broker sometimes sat on such a burst past the
-    request timeout (a 10 s retry). `errors`: as `describe_groups`."""
+    """State, protocol type and members of each group, from the cluster's listing
+    (`list_group_infos`) where it shows the group Empty or absent (Dead): such a group has no
+    members, so there is nothing to ask. The others (members, a rebalance, a state the listing
+    cannot name) are described, for their members and their state now. Describing every group
+    instead cost 10,000 requests for 10,000 groups, and a broker sometimes sat on such a burst
+    past the request timeout (a 10 s retry; once librdkafka then aborted the process when the
+    requests hit the socket timeout, librdkafka issue 4605). `errors`: as `describe_groups`."""
     absent = GroupState.unlisted()
     infos = {
-        g: GroupInfo(g, listed.get(g, absent)) for g in groups if listed.get(g, absent).is_inactive
+        g: listed.get(g) or GroupInfo(g, absent)
+        for g in groups
+        if g not in listed or listed[g].state.is_inactive
     }
     infos.update(describe_groups(cluster, [g for g in groups if g not in infos], errors))
     return infos

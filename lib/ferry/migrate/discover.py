@@ -60,11 +60,11 @@ def _both(source_call: Callable[[], A], destination_call: Callable[[], B]) -> tu
 
 
 def _side(cluster: Cluster, groups: list[str], listed: dict | None):  # noqa: ANN202
-    """(infos, offsets, topics) of one cluster; `listed`: its `list_group_states`, when
+    """(infos, offsets, topics) of one cluster; `listed`: its `list_group_infos`, when
     already asked."""
     return (
         kafka.group_infos(
-            cluster, groups, listed if listed is not None else kafka.list_group_states(cluster)
+            cluster, groups, listed if listed is not None else kafka.list_group_infos(cluster)
         ),
         kafka.committed_offsets(cluster, groups),
         kafka.list_topics(cluster),
@@ -87,7 +87,7 @@ def discover(
     in the answer)."""
     kafka.check_reachable(src)
     kafka.check_reachable(dst)
-    src_listed = kafka.list_group_states(src)
+    src_listed = kafka.list_group_infos(src)
     groups = [
         g
         for g in select_groups(sorted(src_listed), group_pattern, cfg.groups)
