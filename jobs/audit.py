@@ -27,7 +27,6 @@ from ferry.cli import (
     emit,
     emit_json_document,
     exit_process,
-    json_row,
     run,
 )
 from ferry.config import load_config, require
@@ -73,7 +72,7 @@ def main(argv: list[str]) -> int:
     plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
     spans = plan.resolved_spans()
     counts = audit.count_records(spark, dst, spans, disc.destination_bounds, cfg, progress)
-    rows = audit.audit_rows(
+    rows = audit.audit_group_rows(
         plan.rows,
         counts,
         disc.destination_states,
@@ -89,13 +88,13 @@ def main(argv: list[str]) -> int:
             {**head, "exit_code": summary["total"]["exit_code"], "total": summary["total"]},
             {
                 "groups": summary["groups"],
-                "rows": (json_row(r, audit.ROW_COLUMNS) for r in rows),
+                "rows": rows.json_texts(),
             },
             encoded={"rows"},
         )
     else:
         columns = audit.TABLE_COLUMNS if args.output == "table" else audit.ROW_COLUMNS
-        emit(rows, columns, args.output)
+        emit(rows.rows(), columns, args.output)
     lines = audit.summary_lines(summary)
     # -o json carries the per-group summary itself; stderr keeps the total line only
     for line in lines[-1:] if args.output == "json" else lines:
@@ -104,8 +103,8 @@ def main(argv: list[str]) -> int:
     # naming it) without losing what the audit found.
     kept = ""
     if cfg.audit.path:
-        writer = audit.append(spark, cfg.audit.path, rows, run_id, audited_at)
-        kept = f"; {len(rows)} rows appended to {cfg.audit.path} via {writer}"
+        writer = audit.append(spark, cfg.audit.path, rows.rows(), run_id, audited_at)
+        kept = f"; {len(rows.pairs)} rows appended to {cfg.audit.path} via {writer}"
     print(f"run {run_id}{kept}", file=sys.stderr)
     return summary["total"]["exit_code"]
 

@@ -37,7 +37,6 @@ from ferry.output import (  # noqa: F401 - re-exported for the jobs
     emit_json_document,
     emit_json_lines,
     emit_rows,
-    json_row,
     print_summary,
     render,
 )

@@ -343,3 +343,26 @@ def test_the_table_is_appended_and_a_failure_names_it(spark, tmp_path):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(FerryError, match=r"^cannot append to the audit table .*file/audit: "):
         append(spark, str(tmp_path / "file" / "audit"), rows, "r3", at)
+
+
+def test_rows_shared_by_groups_give_the_same_json_summary_and_exit_as_one_dict_each():
+    """`audit_group_rows` keeps one row per distinct (states, plan row) for all the groups
+    that share it: its JSON texts, summary and exit code are those of a dict per row."""
+    from ferry.audit import ROW_COLUMNS, audit_group_rows
+    from ferry.output import json_row
+
+    plans = [
+        plan(group=g, partition=p, committed=c, exact=40)
+        for g in ("a", "b", "c\"quoted")
+        for p, c in ((0, 40), (1, 150))
+    ] + [plan(group="d", committed=45, exact=40), plan(group="e", status="PENDING")]
+    states = {"a": "EMPTY", "b": "EMPTY", 'c"quoted': "STABLE", "d": "EMPTY", "e": "EMPTY"}
+    args = ({(("t", 0, 40, 45)): (3, True), ("t", 1, 40, 150): (9, True)}, states,
+            dict.fromkeys(states, 0), dict.fromkeys(states, "EMPTY"), BOUNDS)  # fmt: skip
+    shared = audit_group_rows(plans, *args)
+    rows = audit_rows(plans, *args)
+    assert len({id(r) for _g, r in shared.pairs}) < len(shared.pairs)  # shared for real
+    assert shared.rows() == rows
+    assert list(shared.json_texts()) == [json_row(r, ROW_COLUMNS) for r in rows]
+    assert summarize(shared, states) == summarize(rows, states)
+    assert summarize(shared)["total"]["exit_code"] == exit_code(rows) == 1  # AHEAD, not live

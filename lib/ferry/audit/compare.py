@@ -16,11 +16,14 @@ rows stand in the way, 1 otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_TRY_AGAIN
 from ferry.keys import TopicPartitionKey
 from ferry.migrate.spans import Count, row_span, signed_difference
+from ferry.output import json_fields
 from ferry.status import AuditVerdict, GroupState, PartitionStatus
 
 # One row's fields, in this order in JSON and CSV (the first ten are the table output's).
@@ -82,11 +85,49 @@ def audit_rows(
     source_states: Mapping[str, str],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
 ) -> list[dict]:
-    """One audit row per plan row (group × destination partition)."""
-    out = []
-    # A group's states are worked out once, not once per partition; and a row is worked out
-    # once per distinct (states, plan row): ten thousand groups stopped at the same few
-    # thousand positions share their rows but for the group (640,000 rows: seconds).
+    """One audit row per plan row (group × destination partition): `GroupRows.rows`."""
+    return audit_group_rows(
+        plan_rows, counts, destination_states, destination_members, source_states, bounds
+    ).rows()
+
+
+@dataclass
+class GroupRows:
+    """Audit rows as (group, the row without its group) pairs: ten thousand groups stopped at
+    the same few thousand positions share the rows but for the group, so each distinct row is
+    one dict (and one JSON text) however many groups have it; 640,000 rows as a dict each, and
+    encoded one by one, took seconds."""
+
+    pairs: list[tuple[str, dict]]
+
+    def rows(self) -> list[dict]:
+        """Every row as a dict of `ROW_COLUMNS`."""
+        return [{"group": group, **row} for group, row in self.pairs]
+
+    def json_texts(self) -> Iterator[str]:
+        """Every row as the JSON text `output.json_row` gives it, each distinct row encoded
+        once."""
+        texts: dict[int, str] = {}
+        last, head = None, ""
+        for group, row in self.pairs:
+            if (text := texts.get(id(row))) is None:
+                text = texts[id(row)] = json_fields(row, ROW_COLUMNS[1:]) + "}"
+            if group != last:
+                last, head = group, '{"group": ' + json.dumps(group) + ", "
+            yield head + text
+
+
+def audit_group_rows(
+    plan_rows: Iterable[Mapping],
+    counts: Mapping[tuple, Count],
+    destination_states: Mapping[str, str],
+    destination_members: Mapping[str, int],
+    source_states: Mapping[str, str],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+) -> GroupRows:
+    """`audit_rows` as `GroupRows`: a row is worked out once per distinct (the group's states,
+    plan row), and a group's states once."""
+    pairs = []
     about: dict[str, tuple[GroupState, int, bool, str]] = {}
     made: dict[tuple, dict] = {}
     for plan in plan_rows:
@@ -108,8 +149,8 @@ def audit_rows(
         )
         if (row := made.get(key)) is None:
             row = made[key] = _audit_row(plan, known, counts, bounds)
-        out.append({"group": group, **row})
-    return out
+        pairs.append((group, row))
+    return GroupRows(pairs)
 
 
 def _audit_row(
@@ -210,18 +251,20 @@ def _blocks(row: Mapping) -> bool:
     return verdict.is_unresolved or (verdict == AuditVerdict.AHEAD and not row["is_live"])
 
 
-def summarize(rows: Sequence[Mapping], groups: Iterable[str] = ()) -> dict:
+def summarize(rows: Sequence[Mapping] | GroupRows, groups: Iterable[str] = ()) -> dict:
     """{"groups": [one summary per group], "total": {...}} (see README, "audit"). `groups`
     adds groups that have no rows (no committed offsets on the selected topics)."""
+    pairs = rows.pairs if isinstance(rows, GroupRows) else [(r["group"], r) for r in rows]
     by_group: dict[str, list[Mapping]] = {g: [] for g in groups}
-    for r in rows:
-        by_group.setdefault(r["group"], []).append(r)
+    for group, r in pairs:
+        by_group.setdefault(group, []).append(r)
     summaries = [_group_summary(g, rs) for g, rs in sorted(by_group.items())]
     total: dict = {
         "groups": len(summaries),
         "live_groups": sum(1 for s in summaries if s["is_live"]),
         **{c: sum(s[c] for s in summaries) for c in GROUP_COUNTERS},
-        "exit_code": exit_code(rows),
+        # each distinct row once: the verdicts decide, not how many groups share them
+        "exit_code": exit_code(list({id(r): r for _g, r in pairs}.values())),
     }
     return {"groups": summaries, "total": total}
 
