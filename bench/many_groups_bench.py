@@ -12,11 +12,12 @@ Per size the bench prints wall time and peak driver memory (the RSS of spark-sub
 the Python driver together, sampled every 0.1 s) for each run, and the raw-client floor: a
 plain confluent-kafka program that lists the groups, describes them and fetches their
 committed offsets on both clusters, reads both clusters' log ends and every record of the
-source once. The floor is also taken with the states the group listing carries instead of
-describing every group (as Ferry takes them), and `--execute` is set beside the floor plus a
-raw write: every group's offsets written (one request per group, all in flight) and read back.
-Targets: Ferry's marginal cost from the smallest to the largest size at most 3x the floor's;
-the largest size within 60 s. Exit 1 when a run fails or any offset is not exact.
+source once (the faster of two runs). The floor is also taken with the states the group
+listing carries instead of describing every group (as Ferry takes them), and `--execute` is
+set beside the floor plus a raw write: every group's offsets written (one request per group,
+all in flight) and read back. Targets: Ferry's marginal cost from the smallest to the largest
+size at most 3x the floor's; the largest size within 60 s.
+Exit 1 when a run fails or any offset is not exact.
 """
 
 from __future__ import annotations
@@ -172,6 +173,23 @@ def raw_floor(src: Cluster, dst: Cluster, prefix: str, states: str = "describe")
     return time.monotonic() - t0
 
 
+def best_floor(src: Cluster, dst: Cluster, prefix: str, states: str) -> float:
+    """The faster of two `raw_floor` runs that finish: a floor is the least the client needs.
+    A run can fail: a burst of 10,000 describes is sometimes left unanswered past the client's
+    timeout (docs/kafka.md); such a run is taken again, up to four runs in all."""
+    times: list[float] = []
+    for _ in range(4):
+        try:
+            times.append(raw_floor(src, dst, prefix, states))
+        except Exception as exc:  # noqa: BLE001 - the floor's own client failing
+            print(f"floor ({states}) run failed, taken again: {exc}", file=sys.stderr)
+        if len(times) == 2:
+            break
+    if not times:
+        raise RuntimeError(f"the raw-client floor ({states}) failed four times")
+    return min(times)
+
+
 def write_floor(dst: Cluster, groups: dict[str, Offsets]) -> float:
     """Seconds a plain confluent-kafka program takes to write what `--execute` writes (every
     group's offsets, one request per group, all in flight) and read it all back — under other
@@ -257,8 +275,8 @@ def main() -> int:
             )
             base = ["--config", str(config), "-o", "json"]
             positions = len({(t, p, o) for offs in groups.values() for (t, p), o in offs.items()})
-            floor = raw_floor(src_c, dst_c, f"mg{n}-")
-            floor_listing = raw_floor(src_c, dst_c, f"mg{n}-", states="listing")
+            floor = best_floor(src_c, dst_c, f"mg{n}-", "describe")
+            floor_listing = best_floor(src_c, dst_c, f"mg{n}-", "listing")
             floor_write = write_floor(dst_c, groups) if "execute" in jobs else 0.0
             results[n] = {
                 "floor": (floor, 0.0),

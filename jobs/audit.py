@@ -72,8 +72,8 @@ def main(argv: list[str]) -> int:
     plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
     spans = plan.resolved_spans()
     counts = audit.count_records(spark, dst, spans, disc.destination_bounds, cfg, progress)
-    rows = audit.audit_group_rows(
-        plan.rows,
+    rows = audit.audit_rows(
+        plan,
         counts,
         disc.destination_states,
         disc.destination_members,

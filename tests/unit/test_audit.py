@@ -48,7 +48,7 @@ def compare(plans, counts=None, state="EMPTY", members=0) -> list[dict]:
         dict.fromkeys(groups, members),
         dict.fromkeys(groups, "STABLE"),
         BOUNDS,
-    )
+    ).rows()
 
 
 def test_equal_offsets_are_exact_and_read_nothing():
@@ -346,9 +346,9 @@ def test_the_table_is_appended_and_a_failure_names_it(spark, tmp_path):
 
 
 def test_rows_shared_by_groups_give_the_same_json_summary_and_exit_as_one_dict_each():
-    """`audit_group_rows` keeps one row per distinct (states, plan row) for all the groups
-    that share it: its JSON texts, summary and exit code are those of a dict per row."""
-    from ferry.audit import ROW_COLUMNS, audit_group_rows
+    """`audit_rows` keeps one row per distinct (states, plan row) for all the groups that
+    share it: its JSON texts, summary and exit code are those of a dict per row."""
+    from ferry.audit import ROW_COLUMNS
     from ferry.output import json_row
 
     plans = [
@@ -359,10 +359,42 @@ def test_rows_shared_by_groups_give_the_same_json_summary_and_exit_as_one_dict_e
     states = {"a": "EMPTY", "b": "EMPTY", 'c"quoted': "STABLE", "d": "EMPTY", "e": "EMPTY"}
     args = ({(("t", 0, 40, 45)): (3, True), ("t", 1, 40, 150): (9, True)}, states,
             dict.fromkeys(states, 0), dict.fromkeys(states, "EMPTY"), BOUNDS)  # fmt: skip
-    shared = audit_group_rows(plans, *args)
-    rows = audit_rows(plans, *args)
+    shared = audit_rows(plans, *args)
+    rows = shared.rows()
     assert len({id(r) for _g, r in shared.pairs}) < len(shared.pairs)  # shared for real
-    assert shared.rows() == rows
+    assert len({id(r) for r in rows}) == len(rows)
     assert list(shared.json_texts()) == [json_row(r, ROW_COLUMNS) for r in rows]
     assert summarize(shared, states) == summarize(rows, states)
     assert summarize(shared)["total"]["exit_code"] == exit_code(rows) == 1  # AHEAD, not live
+
+
+def test_a_plan_is_audited_from_its_shared_positions_as_its_rows_are():
+    """`audit_rows(plan)` reads exact rows from the plan's shared positions (no row built per
+    group partition): the same rows, in the same order, as auditing `plan.rows`."""
+    from ferry.migrate.model import Plan
+
+    def position(partition, offset, exact, status="MATCHED"):
+        resolved = PartitionStatus(status).is_resolved
+        return {"src_topic": "s", "src_partition": partition, "committed_offset": offset,
+                "dst_topic": "t", "dst_partition": partition,
+                "destination_offset": exact if resolved else None, "status": status,
+                "is_resolved": resolved}  # fmt: skip
+
+    positions = {("s", 1, 60): position(1, 60, 150), ("s", 0, 50): position(0, 50, 40),
+                 ("s", 0, 9): position(0, 9, None, "PENDING")}  # fmt: skip
+    reconciled = {**plan(group="c", partition=1, committed=150, exact=150), "src_partition": None}
+    shared_plan = Plan(
+        positions,
+        exact={"a": {("s", 1): 60, ("s", 0): 50}, "b": {("s", 0): 50}, "c": {("s", 0): 9}},
+        previous={"a": {("t", 0): 45, ("t", 1): 150}, "b": {("t", 0): 40}, "c": {("t", 0): 3}},
+        extra={"c": [reconciled]},
+    )
+    states = dict.fromkeys("abc", "EMPTY")
+    args = ({("t", 0, 40, 45): (5, True)}, states, dict.fromkeys(states, 0),
+            states, BOUNDS)  # fmt: skip
+    from_plan = audit_rows(shared_plan, *args).rows()
+    assert from_plan == audit_rows(list(shared_plan.rows), *args).rows()
+    assert [(r["group"], r["partition"], r["verdict"]) for r in from_plan] == [
+        ("a", 0, "AHEAD"), ("a", 1, "EXACT"), ("b", 0, "EXACT"), ("c", 0, "PENDING"),
+        ("c", 1, "EXACT"),
+    ]  # fmt: skip

@@ -27,7 +27,6 @@ _HOMES = {
     "ROW_COLUMNS": "ferry.audit.compare",
     "TABLE_COLUMNS": "ferry.audit.compare",
     "append": "ferry.audit.table",
-    "audit_group_rows": "ferry.audit.compare",
     "audit_rows": "ferry.audit.compare",
     "count_records": "ferry.migrate.difference",
     "exit_code": "ferry.audit.compare",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_TRY_AGAIN
 from ferry.keys import TopicPartitionKey
+from ferry.migrate.model import Plan
 from ferry.migrate.spans import Count, row_span, signed_difference
 from ferry.output import json_fields
 from ferry.status import AuditVerdict, GroupState, PartitionStatus
@@ -77,20 +78,6 @@ def is_live(state: GroupState, members: int) -> bool:
     return state.is_active or members > 0
 
 
-def audit_rows(
-    plan_rows: Iterable[Mapping],
-    counts: Mapping[tuple, Count],
-    destination_states: Mapping[str, str],
-    destination_members: Mapping[str, int],
-    source_states: Mapping[str, str],
-    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
-) -> list[dict]:
-    """One audit row per plan row (group × destination partition): `GroupRows.rows`."""
-    return audit_group_rows(
-        plan_rows, counts, destination_states, destination_members, source_states, bounds
-    ).rows()
-
-
 @dataclass
 class GroupRows:
     """Audit rows as (group, the row without its group) pairs: ten thousand groups stopped at
@@ -117,40 +104,69 @@ class GroupRows:
             yield head + text
 
 
-def audit_group_rows(
-    plan_rows: Iterable[Mapping],
+def audit_rows(
+    plan_rows: Iterable[Mapping] | Plan,
     counts: Mapping[tuple, Count],
     destination_states: Mapping[str, str],
     destination_members: Mapping[str, int],
     source_states: Mapping[str, str],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
 ) -> GroupRows:
-    """`audit_rows` as `GroupRows`: a row is worked out once per distinct (the group's states,
-    plan row), and a group's states once."""
+    """One audit row per plan row (group × destination partition), as `GroupRows`: a row is
+    worked out once per distinct (the group's states, plan row), and a group's states once.
+    `plan_rows`: plan rows, or a `Plan`, whose rows are read from its shared positions rather
+    than built one by one (640,000 rows: over a second)."""
     pairs = []
     about: dict[str, tuple[GroupState, int, bool, str]] = {}
     made: dict[tuple, dict] = {}
-    for plan in plan_rows:
-        group = plan["group"]
+    for group, plan, previous in _plan_rows(plan_rows):
         if (known := about.get(group)) is None:
             state = GroupState.parse(destination_states.get(group))
             members = destination_members.get(group, 0)
             source = GroupState.parse(source_states.get(group)).value
             known = about[group] = (state, members, is_live(state, members), source)
-        key = (
-            known,
-            plan["dst_topic"],
-            plan["dst_partition"],
-            plan.get("previous_offset"),
-            plan.get("destination_offset"),
-            plan["status"],
-            plan["is_resolved"],
-            plan.get("note"),
-        )
+        if previous is _ROW:  # a whole plan row
+            key: tuple = (
+                known,
+                plan["dst_topic"],
+                plan["dst_partition"],
+                plan.get("previous_offset"),
+                plan.get("destination_offset"),
+                plan["status"],
+                plan["is_resolved"],
+                plan.get("note"),
+            )
+        else:  # a plan's shared position row and the group's offset there
+            key = (known, id(plan), previous)
         if (row := made.get(key)) is None:
+            if previous is not _ROW:
+                plan = {**plan, "previous_offset": previous, "note": None}
             row = made[key] = _audit_row(plan, known, counts, bounds)
         pairs.append((group, row))
     return GroupRows(pairs)
+
+
+_ROW = object()  # `_plan_rows`: the row is a whole plan row, not a shared position
+
+
+def _plan_rows(plan_rows: Iterable[Mapping] | Plan) -> Iterator[tuple[str, Mapping, object]]:
+    """(group, row, the group's destination offset there) in row order: a plan's exact rows
+    as its shared position rows (`Plan.rows_of`'s order: by source topic and partition); plan
+    rows, and groups with rows made outside matching, as whole rows (offset `_ROW`)."""
+    if not isinstance(plan_rows, Plan):
+        for row in plan_rows:
+            yield row["group"], row, _ROW
+        return
+    plan = plan_rows
+    for group in plan.groups():
+        if plan.extra.get(group):
+            for row in plan.rows_of(group):
+                yield group, row, _ROW
+            continue
+        previous = plan.previous.get(group) or {}
+        for (topic, partition), offset in sorted(plan.exact.get(group, {}).items()):
+            position = plan.positions[(topic, partition, offset)]
+            yield group, position, previous.get((position["dst_topic"], position["dst_partition"]))
 
 
 def _audit_row(

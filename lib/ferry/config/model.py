@@ -89,7 +89,7 @@ class AdminConfig:
     timeout_ms: int = 10_000  # one admin request attempt
     retry_ms: int = 60_000  # all attempts of one admin operation (transient errors only;
     # a cluster that answers nothing fails sooner, after reader.timeout_ms)
-    # groups written per batch (one describe, one offsets fetch, concurrent writes, one
+    # groups written per batch (one group listing, one offsets fetch, concurrent writes, one
     # ledger commit); also the bound on the time between a group's check and its write
     batch_groups: int = 200
 

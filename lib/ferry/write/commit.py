@@ -8,12 +8,14 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
    that fails nothing is written.
 2. Groups that another run's open intent claimed first are left to that run (`CLAIMED`).
 3. The rest are written in batches of `BATCH_GROUPS`, each batch in a handful of round trips
-   whatever its size: one DescribeGroups for the batch (every group must be Empty or Dead),
-   one round of OffsetFetch requests (the offsets each group has now), then per group the
-   forward rule (migrate, copy; `ferry.write.rules`), then every group's write — one
-   request per group, all in flight together, each retried only after reading what landed —
-   and one round of read-backs (`ferry.kafka.commits`). The window between a group's state
-   check and its write is one batch's offset fetch: the bound is the batch size.
+   whatever its size: one group listing for the batch's states (every group must be Empty or
+   Dead; `kafka.by_state`), one round of OffsetFetch requests (the offsets each group has
+   now), then per group the forward rule (migrate, copy; `ferry.write.rules`), then every
+   group's write — one request per group, all in flight together, each retried only after
+   reading what landed — and one round of read-backs (`ferry.kafka.commits`). The window
+   between a group's state check and its write is one batch's offset fetch; a consumer that
+   joins in it gets the write refused by the broker (it takes a commit without a member id
+   only while the group is Empty), reported as REFUSED.
 4. The batch's outcomes are appended to the ledger in one commit before the next batch is
    written. If that append fails the run stops: `OutcomeNotRecorded` carries the offsets the
    batch's committed groups had before, so the caller can print the rollback the ledger could
@@ -33,7 +35,7 @@ from ferry.status import GroupStatus
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
 from ferry.write.rules import DECISION_ALREADY, DECISION_FORWARD, DECISION_MIXED, forward_decision
 
-# Groups per batch: each batch costs one describe, one fetch round, one write round, one
+# Groups per batch: each batch costs one group listing, one fetch round, one write round, one
 # read-back round and one ledger commit; the check-to-write window grows with it.
 BATCH_GROUPS = 200
 

@@ -92,7 +92,7 @@ def apply_rollback(
     batch_groups: int | None = None,
 ) -> tuple[list[dict], dict[str, str | None]]:
     """Returns (ledger rows, group -> error or None). Groups go in batches, as `ferry.write.commit`
-    writes them: one offset fetch round, one describe, every write in flight together."""
+    writes them: one offset fetch round, one group listing, every write in flight together."""
     rows: list[dict] = []
     errors: dict[str, str | None] = {}
     size = max(1, batch_groups or commit.BATCH_GROUPS)
