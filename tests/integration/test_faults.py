@@ -15,7 +15,7 @@ import pytest
 
 from ferry.testing.brokers import start_broker
 from ferry.testing.produce import commit_offsets, create_topics, produce
-from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_FETCH, API_OFFSET_COMMIT
+from ferry.testing.proxy import API_FETCH, API_LIST_GROUPS, API_OFFSET_COMMIT
 
 from .jobrunner import ROOT, group_statuses, ledger_rows, run_job, write_migrate_config
 from .test_migrate import committed, replicate, unique_records
@@ -78,7 +78,7 @@ def test_connections_dropped_mid_run_still_migrate_exactly(proxied, tmp_path, un
     src, dst = proxied
     config, expected = _world(src, dst, tmp_path, unique)
     fired = [
-        src.proxy.arm(API_CONSUMER_GROUP_DESCRIBE, "drop"),  # while the groups are described
+        src.proxy.arm(API_LIST_GROUPS, "drop"),  # while the groups are listed (their states)
         src.proxy.arm(API_FETCH, "drop"),  # while the source is read
         dst.proxy.arm(API_FETCH, "drop"),  # while the destination is read
         dst.proxy.arm(API_OFFSET_COMMIT, "drop"),  # the first commit never reaches the broker

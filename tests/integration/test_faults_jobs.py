@@ -25,7 +25,6 @@ from ferry import kafka
 from ferry.testing.brokers import start_broker
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.proxy import (
-    API_CONSUMER_GROUP_DESCRIBE,
     API_FETCH,
     API_LIST_GROUPS,
     API_LIST_OFFSETS,
@@ -312,7 +311,7 @@ def test_groups_copy_survives_dropped_connections(broker, world, tmp_path, uniqu
     config = write_config(broker, tmp_path)
     fired = armed(
         broker,
-        (API_CONSUMER_GROUP_DESCRIBE, "drop"),
+        (API_LIST_GROUPS, "drop"),  # the source's state
         (API_OFFSET_FETCH, "drop"),
         (API_OFFSET_COMMIT, "drop"),
     )

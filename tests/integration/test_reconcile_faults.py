@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
-from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_FETCH, API_OFFSET_COMMIT
+from ferry.testing.proxy import API_FETCH, API_LIST_GROUPS, API_OFFSET_COMMIT
 from ferry.testing.replicate import end_offsets, read_all, replicate
 
 from .jobrunner import group_statuses, run_job, write_migrate_config
@@ -65,7 +65,7 @@ def test_connections_dropped_mid_run_still_reconcile_exactly(proxied, tmp_path, 
     src, dst = proxied
     config, _, expected = _world(src, dst, tmp_path, unique)
     fired = [
-        src.proxy.arm(API_CONSUMER_GROUP_DESCRIBE, "drop"),  # while the groups are described
+        src.proxy.arm(API_LIST_GROUPS, "drop"),  # while the groups are listed (their states)
         src.proxy.arm(API_FETCH, "drop"),  # while the source is read (frontiers first)
         dst.proxy.arm(API_FETCH, "drop"),  # while the destination's slices are looked up
         dst.proxy.arm(API_OFFSET_COMMIT, "drop"),  # the first commit never reaches the broker

@@ -116,7 +116,7 @@ class FaultProxy:
                 continue
             with self._lock:
                 self._conns.update((client, upstream))
-            pending_cut: list[bool] = []
+            pending_cut: list[int] = []  # correlation ids of `cut_after` requests
             threading.Thread(
                 target=self._requests, args=(client, upstream, pending_cut), daemon=True
             ).start()
@@ -124,7 +124,7 @@ class FaultProxy:
                 target=self._responses, args=(upstream, client, pending_cut), daemon=True
             ).start()
 
-    def _requests(self, src: socket.socket, dst: socket.socket, pending_cut: list[bool]) -> None:
+    def _requests(self, src: socket.socket, dst: socket.socket, pending_cut: list[int]) -> None:
         buffer = bytearray()
         while True:
             try:
@@ -147,7 +147,9 @@ class FaultProxy:
                     self.cut()
                     return
                 if action == "cut_after":
-                    pending_cut.append(True)
+                    # the request's correlation id: the cut waits for the answer to it, not
+                    # for whatever answer comes next (requests are pipelined)
+                    pending_cut.append(int.from_bytes(frame[8:12], "big", signed=True))
                 try:
                     dst.sendall(frame)
                 except OSError:
@@ -155,7 +157,10 @@ class FaultProxy:
         _close(src)
         _close(dst)
 
-    def _responses(self, src: socket.socket, dst: socket.socket, pending_cut: list[bool]) -> None:
+    def _responses(self, src: socket.socket, dst: socket.socket, pending_cut: list[int]) -> None:
+        """Forward the broker's answers frame by frame (4-byte size, then the correlation id),
+        cutting every connection once the answer to a `cut_after` request went back."""
+        buffer = bytearray()
         while True:
             try:
                 data = src.recv(65536)
@@ -163,13 +168,20 @@ class FaultProxy:
                 data = b""
             if not data:
                 break
-            try:
-                dst.sendall(data)
-            except OSError:
-                break
-            if pending_cut:
-                self.cut()
-                return
+            buffer += data
+            while len(buffer) >= 8:
+                size = int.from_bytes(buffer[:4], "big")
+                if len(buffer) < 4 + size:
+                    break
+                frame, buffer = bytes(buffer[: 4 + size]), buffer[4 + size :]
+                try:
+                    dst.sendall(frame)
+                except OSError:
+                    _close(src)
+                    return
+                if int.from_bytes(frame[4:8], "big", signed=True) in pending_cut:
+                    self.cut()
+                    return
         _close(src)
         _close(dst)
 
