@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 API_FETCH = 1
@@ -125,63 +126,36 @@ class FaultProxy:
             ).start()
 
     def _requests(self, src: socket.socket, dst: socket.socket, pending_cut: list[int]) -> None:
-        buffer = bytearray()
-        while True:
+        for frame in _frames(src):
+            action = self._on_request(int.from_bytes(frame[4:6], "big", signed=True))
+            if action == "drop":
+                self.drop_all()
+                return
+            if action == "cut":
+                self.cut()
+                return
+            if action == "cut_after":
+                # the request's correlation id: the cut waits for the answer to it, not for
+                # whatever answer comes next (requests are pipelined)
+                pending_cut.append(int.from_bytes(frame[8:12], "big", signed=True))
             try:
-                data = src.recv(65536)
+                dst.sendall(frame)
             except OSError:
-                data = b""
-            if not data:
                 break
-            buffer += data
-            while len(buffer) >= 6:
-                size = int.from_bytes(buffer[:4], "big")
-                if len(buffer) < 4 + size:
-                    break
-                frame, buffer = bytes(buffer[: 4 + size]), buffer[4 + size :]
-                action = self._on_request(int.from_bytes(frame[4:6], "big", signed=True))
-                if action == "drop":
-                    self.drop_all()
-                    return
-                if action == "cut":
-                    self.cut()
-                    return
-                if action == "cut_after":
-                    # the request's correlation id: the cut waits for the answer to it, not
-                    # for whatever answer comes next (requests are pipelined)
-                    pending_cut.append(int.from_bytes(frame[8:12], "big", signed=True))
-                try:
-                    dst.sendall(frame)
-                except OSError:
-                    break
         _close(src)
         _close(dst)
 
     def _responses(self, src: socket.socket, dst: socket.socket, pending_cut: list[int]) -> None:
         """Forward the broker's answers frame by frame (4-byte size, then the correlation id),
         cutting every connection once the answer to a `cut_after` request went back."""
-        buffer = bytearray()
-        while True:
+        for frame in _frames(src):
             try:
-                data = src.recv(65536)
+                dst.sendall(frame)
             except OSError:
-                data = b""
-            if not data:
                 break
-            buffer += data
-            while len(buffer) >= 8:
-                size = int.from_bytes(buffer[:4], "big")
-                if len(buffer) < 4 + size:
-                    break
-                frame, buffer = bytes(buffer[: 4 + size]), buffer[4 + size :]
-                try:
-                    dst.sendall(frame)
-                except OSError:
-                    _close(src)
-                    return
-                if int.from_bytes(frame[4:8], "big", signed=True) in pending_cut:
-                    self.cut()
-                    return
+            if int.from_bytes(frame[4:8], "big", signed=True) in pending_cut:
+                self.cut()
+                return
         _close(src)
         _close(dst)
 
@@ -194,6 +168,26 @@ class FaultProxy:
                     self._triggers.remove(trigger)
                     return trigger.action
         return None
+
+
+def _frames(sock: socket.socket) -> Iterator[bytes]:
+    """The Kafka frames (4-byte size, then that many bytes) read from `sock`, each whole, until
+    it closes."""
+    buffer = bytearray()
+    while True:
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            return
+        if not data:
+            return
+        buffer += data
+        while len(buffer) >= 4:
+            size = int.from_bytes(buffer[:4], "big")
+            if len(buffer) < 4 + size:
+                break
+            frame, buffer = bytes(buffer[: 4 + size]), buffer[4 + size :]
+            yield frame
 
 
 def _close(sock: socket.socket) -> None:
