@@ -214,13 +214,11 @@ class Ledger:
         except Exception as exc:  # noqa: BLE001
             raise LedgerError(f"cannot read ledger {self.path}: {_reason(exc)}") from exc
         wanted = set(groups)
+        # The read kept other runs' rows on this cluster only.
         intents = {
             (r["run_id"], r["group"])
             for r in rows
-            if r["phase"] == PHASE_INTENT
-            and r["cluster"] == cluster
-            and r["group"] in wanted
-            and r["run_id"] != self.run_id
+            if r["phase"] == PHASE_INTENT and r["group"] in wanted
         }
         closed = {(r["run_id"], r["group"]) for r in rows if r["phase"] == PHASE_OUTCOME}
         open_ = intents - closed
