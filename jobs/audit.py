@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 
-from ferry import audit, migrate
+from ferry import audit, kafka, migrate
 from ferry.cli import (
     ArgumentParser,
     Progress,
@@ -51,7 +51,8 @@ def main(argv: list[str]) -> int:
     require(cfg, "source", "destination")
     check_regex("--group", args.group)
     progress = Progress(not args.quiet)
-    src, dst = cfg.client("source"), cfg.client("destination")
+    src = kafka.Cluster.from_config(cfg, "source")
+    dst = kafka.Cluster.from_config(cfg, "destination")
     # The session starts while discovery asks both clusters about every group.
     session = start_session("ferry-audit")
     run_id, audited_at = new_run_id("audit"), datetime.now(timezone.utc)

@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
         cfg, "cluster", "offsets.commits_path", "offsets.groups_path", "offsets.quarantine_path"
     )
     progress = Progress(not args.quiet)
-    cluster = cfg.client("cluster")
+    cluster = kafka.Cluster.from_config(cfg, "cluster")
 
     partitions = kafka.list_topics(cluster, include_internal=True).get(args.topic)
     if partitions is None:

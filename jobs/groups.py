@@ -25,7 +25,7 @@ from ferry import kafka
 from ferry.cli import ArgumentParser, Progress, add_common_arguments, exit_process, run
 from ferry.config import load_config, require
 from ferry.errors import EXIT_OK, NoGroupsError, UsageError
-from ferry.groups import apply, changes, describe, reset, selection
+from ferry.groups import apply, describe, plans, reset, selection
 from ferry.session import build_session, start_session
 from ferry.write import rollback
 from ferry.write.ledger import Ledger, new_run_id
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
             raise UsageError("rollback needs the RUN_ID of a copy, reset or delete run")
         return rollback.rollback_job(cfg, "cluster", run_id, args.execute, args.output, progress)
     require(cfg, "cluster", *(["ledger.path"] if getattr(args, "execute", False) else []))
-    cluster = cfg.client("cluster")
+    cluster = kafka.Cluster.from_config(cfg, "cluster")
     kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     if args.verb in ("copy", "describe"):
         selection.check_regex("--topic", args.topic)
@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
         planned = write(apply.plan_reset(cluster, chosen, spec, value, progress))
     else:
         names = selection.matching_groups(cluster, args.group)
-        planned = write(changes.plan_delete(names, describe.fetch_groups(cluster, names)))
+        planned = write(plans.plan_delete(names, describe.fetch_groups(cluster, names)))
     export = getattr(args, "export", False)
     return apply.report(planned, args.verb, args.execute, args.output, export, ledger)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ferry import migrate
+from ferry import kafka, migrate
 from ferry.cli import (
     ArgumentParser,
     Progress,
@@ -81,7 +81,8 @@ def main(argv: list[str]) -> int:
             cfg, "destination", args.rollback, args.execute, args.output, progress
         )
     require(cfg, "source", "destination", "ledger.path")
-    src, dst = cfg.client("source"), cfg.client("destination")
+    src = kafka.Cluster.from_config(cfg, "source")
+    dst = kafka.Cluster.from_config(cfg, "destination")
     # The session starts while discovery asks both clusters about every group (seconds for
     # 10,000 groups); neither waits for the other.
     session = start_session("ferry-migrate")
