@@ -382,3 +382,19 @@ def test_modules_and_jobs_stay_small():
     }
     assert long_modules == {}, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
     assert long_jobs == {}, f"jobs over {MAX_JOB_LINES} lines: {long_jobs}"
+
+
+# ------------------------------------------------------------------------------------ version
+
+
+def test_ferrys_version_is_setup_pys_wherever_it_is_read():
+    # `ferry_version()` reads the installed metadata, and `ferry.__version__` where there is
+    # none (the library zip a cluster runs): both must be setup.py's.
+    import re
+
+    from ferry import __version__
+    from ferry.version import ferry_version
+
+    declared = re.search(r'version="([^"]+)"', (ROOT / "setup.py").read_text())
+    assert declared is not None, "setup.py names no version"
+    assert __version__ == declared.group(1) == ferry_version()
