@@ -58,6 +58,11 @@ class GroupWrite:
     allow_rewind: bool = False
     already_status: str = GroupStatus.ALREADY_MIGRATED  # how "at or past the targets" is reported
 
+    @property
+    def partition_count(self) -> int:
+        """The partitions the write changes (its progress line names the count)."""
+        return len(self.offsets)
+
 
 def _rows(w: GroupWrite) -> list[dict]:
     return w.rows() if callable(w.rows) else w.rows
@@ -210,7 +215,7 @@ def execute_writes(
         for w in batch:
             if done[w.group].is_committed:
                 status = str(done[w.group].status).lower().replace("_", " ")
-                progress(f"{status} {w.group} ({len(w.offsets)} partitions)")
+                progress(f"{status} {w.group} ({w.partition_count} partitions)")
     return outcomes
 
 

@@ -174,6 +174,10 @@ class RollbackWrite(commit.GroupWrite):
     wrote: dict[TopicPartitionKey, int | None] = field(default_factory=dict)
     run_id: str = ""  # the run being rolled back
 
+    @property
+    def partition_count(self) -> int:
+        return len(set(self.offsets) | set(self.unset))
+
 
 def _stuck_note(group: str, stuck: Sequence[TopicPartitionKey]) -> str:
     return (
