@@ -9,12 +9,13 @@ every plan that was shown is on record next to every change that was made:
   about to change, with the offset it has now (`previous_offset`) and the one it will get;
 - `outcome`: written after each batch of groups was written and read back (one commit per
   batch, `ferry.write.commit.BATCH_GROUPS` groups): `is_committed` is true only for offsets that
-  were written and read back.
+  were written and read back (a rollback's: for groups read back at the offsets they had before
+  the run it undoes, written now or found there).
 
 The ledger never trails the clusters by more than one batch: a run that cannot append its
 intent writes nothing, and one that cannot append a batch's outcomes stops before the next
-batch. `--rollback RUN_ID` restores
-`previous_offset` from intent rows (tables older than the phases: committed rows).
+batch. `--rollback RUN_ID` restores `previous_offset` from outcome or intent rows (tables older
+than the phases: committed rows); its own rows name that run in `rollback_of`.
 
 Every commit's `userMetadata` (Delta's commit info, `DESCRIBE HISTORY`, `DeltaTable.history()`)
 names the run and phase and where the rows came from (`provenance`): Ferry's version, the Spark
