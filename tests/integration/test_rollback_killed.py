@@ -241,3 +241,12 @@ def test_a_group_moved_on_since_the_run_is_named_and_left_alone(clusters, tmp_pa
         assert meta["ferry.user"] == sc.sparkUser()
     assert {m["ferry.phase"] for m in metas} >= {"intent", "outcome"}
     assert [m.get("ferry.rollback_of") for m in metas].count(run_id) >= 2  # its intent, outcome
+
+
+def test_deleting_a_group_that_does_not_exist_is_a_delete_done(clusters, unique):
+    # What a killed rollback's rerun met for each group its first try had deleted (#38): the
+    # broker's GROUP_ID_NOT_FOUND is the state a delete wants, confirmed by the read-back.
+    _, dst = clusters
+    write = commit.GroupWrite(f"{unique}-gone", {}, [], is_delete=True)
+    done = commit.delete(kafka.Cluster("dst", dst.config), [write], {write.group: {}})
+    assert (done[write.group].status, done[write.group].is_committed) == ("DELETED", True)
