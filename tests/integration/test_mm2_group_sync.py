@@ -26,14 +26,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import TopicPartition
 
 from ferry.testing.brokers import start_broker
 from ferry.testing.mm2 import (
+    REFRESH_STEP,
     SHORT_DESTINATION_ADMIN_TIMEOUTS,
     SYNC_STEP,
+    MirrorMaker,
     checkpoints,
     fail_next_group_describe,
     logged,
@@ -45,6 +50,7 @@ from ferry.testing.mm2 import (
     wait_synced,
 )
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_DESCRIBE_GROUPS
 from ferry.testing.replicate import committed_offsets, consume_from_committed, read_all
 
 from .jobrunner import run_job, write_migrate_config
@@ -57,6 +63,8 @@ LAG = 10  # offset.lag.max: an offset sync about every 10 records
 CHUNK = 15  # records produced per partition at a time while MM2 copies
 READ = 4  # records g1's destination consumer reads from each partition
 STAY_S = 4.0  # how long it stays in the group after its commit: about four sync intervals
+FILLERS = 30  # more groups MM2 syncs in the window test: its refresh takes longer
+WINDOW_ATTEMPTS = 8
 
 # What each mode adds to MM2's settings for the cutover (the flow-prefixed form the README
 # gives); `{u}` is the test's prefix.
@@ -96,48 +104,69 @@ def audit(config: str) -> tuple[int, dict[tuple[str, int], dict]]:
     return result.code, {(r["group"], r["partition"]): r for r in doc["rows"]}
 
 
-def consume_then_leave(config: dict, group: str, topic: str) -> dict[tuple[str, int], list]:
-    """A real consumer of `group`: joins, reads READ records from each partition, commits
-    them, stays in the group STAY_S, leaves. Returns the offsets it read per partition."""
-    from confluent_kafka import Consumer
+class DestinationConsumer:
+    """A real consumer of a migrated group on the destination (classic protocol, librdkafka's
+    default): it joins, reads READ records from each partition from the group's committed
+    offsets, commits them, and leaves when told."""
 
-    consumer = Consumer(
-        {**config, "group.id": group, "enable.auto.commit": False, "session.timeout.ms": 30000}
-    )
-    consumer.subscribe([topic])
-    read: dict[tuple[str, int], list[int]] = {}
-    deadline = time.monotonic() + 60
-    try:
-        while len(read) < 2 or any(len(v) < READ for v in read.values()):
-            assert time.monotonic() < deadline, f"the consumer of {group} read only {read}"
-            message = consumer.poll(0.5)
+    def __init__(self, config: dict, group: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.group = group
+        self.consumer = Consumer(
+            {**config, "group.id": group, "enable.auto.commit": False, "session.timeout.ms": 30000}
+        )
+        self.consumer.subscribe([topic])
+        self.read: dict[tuple[str, int], list[int]] = {}
+        deadline = time.monotonic() + 60
+        while len(self.read) < 2 or any(len(v) < READ for v in self.read.values()):
+            assert time.monotonic() < deadline, f"the consumer of {group} read only {self.read}"
+            message = self.consumer.poll(0.5)
             if message is None or message.error():
                 continue
-            offsets = read.setdefault((message.topic(), message.partition()), [])
+            offsets = self.read.setdefault((message.topic(), message.partition()), [])
             if len(offsets) < READ:
                 offsets.append(message.offset())
-        consumer.commit(
-            offsets=[TopicPartition(t, p, o[-1] + 1) for (t, p), o in read.items()],
+        self.committed = {k: v[-1] + 1 for k, v in self.read.items()}
+        self.consumer.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in self.committed.items()],
             asynchronous=False,
         )
-        until = time.monotonic() + STAY_S
+
+    @property
+    def first(self) -> dict[tuple[str, int], int]:
+        """The offset of the first record it read per partition."""
+        return {k: v[0] for k, v in self.read.items()}
+
+    def stay(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
         while time.monotonic() < until:
-            consumer.poll(0.2)
-    finally:
-        consumer.close()
-    return read
+            self.consumer.poll(0.1)
+
+    def leave(self) -> None:
+        self.consumer.close()
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_mm2_group_sync_after_the_consumers_start(mode, cluster, destination, tmp_path):
-    src, dst = cluster, destination
+@dataclass
+class Cutover:
+    mm: MirrorMaker
+    topic: str
+    config: str  # Ferry's migrate/audit config: groups g1 and g2
+    source: dict[str, dict[tuple[str, int], int]]  # where each source group stopped
+    g1: str
+    g2: str
+
+
+@contextmanager
+def cutover(mode: str, src, dst, tmp_path, fillers: int = 0) -> Iterator[Cutover]:  # noqa: ANN001
+    """MM2 copies a live topic and syncs the groups' offsets, behind; it is restarted with the
+    mode's settings and keeps running (yielded, running); Ferry migrates g1 and g2 to exact.
+    `fillers` more groups on the topic are synced by MM2 alone (a MirrorMaker that syncs more
+    groups: each adds to the refresh before every sync)."""
     u = f"gs{list(MODES).index(mode)}{int(time.time() * 1000) % 10**8}"
     topic = f"{u}-orders"
-    g1, g2, other = f"{u}-g1", f"{u}-g2", f"{u}-mm2only"
+    g1, g2 = f"{u}-g1", f"{u}-g2"
     create_topics(src.config, {topic: 2})
-    started = time.monotonic()
-
-    # Before the cutover: MM2 copies a live topic and syncs every group's offsets, behind.
     with mirror_maker(
         src, dst, f"{u}-.*", f"{u}-.*", identity=True, offset_lag_max=LAG, log_dir=tmp_path
     ) as mm:
@@ -150,8 +179,13 @@ def test_mm2_group_sync_after_the_consumers_start(mode, cluster, destination, tm
         source = {
             g1: {(topic, p): spots[p][0] for p in range(2)},
             g2: {(topic, p): spots[p][-1] for p in range(2)},
-            other: {(topic, p): spots[p][len(spots[p]) // 2] for p in range(2)},
+            # synced by MM2 alone in every mode, so its group sync has work in every mode
+            f"{u}-mm2only": {(topic, p): spots[p][len(spots[p]) // 2] for p in range(2)},
         }
+        for i in range(fillers):
+            source[f"{u}-filler{i:03}"] = {
+                (topic, p): spots[p][i % len(spots[p])] for p in range(2)
+            }
         for group, offsets in source.items():
             commit_offsets(src.config, group, offsets)
         translated = wait_synced(mm, {g: list(o) for g, o in source.items()})
@@ -176,20 +210,40 @@ def test_mm2_group_sync_after_the_consumers_start(mode, cluster, destination, tm
         wait_logged(mm, "checkpointing")
         if mode != "sync_off":
             wait_logged(mm, f"{SYNC_STEP} took")  # MM2's group sync runs during the cutover
-
-        # The cutover: audit, then Ferry moves both groups to exact
-        code, rows = audit(config)
-        assert code == 0 and {r["verdict"] for r in rows.values()} == {"BEHIND"}, rows
         migrated = run_job("migrate", "--config", config, "--execute", "--quiet")
         assert migrated.code == 0, migrated.stderr
         for group in (g1, g2):
             assert committed_offsets(dst.config, group) == source[group], group
+        yield Cutover(mm, topic, config, source, g1, g2)
 
-        # The destination consumers start: g1's reads from exactly where Ferry put it
+
+def check_plain_consumer(c: Cutover, src, dst, group: str, rows: dict) -> None:  # noqa: ANN001
+    """A plain consumer of `group` reads next what audit's rows say: `difference` records
+    again, then the copy of the record after the source group's last one."""
+    originals = read_all(src.config, c.topic)
+    for p in range(2):
+        row, stop = rows[(group, p)], c.source[group][(c.topic, p)]
+        got = [r for r in consume_from_committed(dst.config, group, c.topic) if r.partition == p]
+        assert got[0].offset == row["committed_offset"], row
+        again = [r for r in got if r.offset < stop]
+        assert len(again) == -row["difference"], (row, len(again))
+        following = next(r for r in originals if r.partition == p and r.offset == stop)
+        assert got[len(again)].content == following.content
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_mm2_group_sync_after_a_failed_refresh(mode, cluster, destination, tmp_path):
+    src, dst = cluster, destination
+    started = time.monotonic()
+    with cutover(mode, src, dst, tmp_path) as c:
+        mm, g1, g2 = c.mm, c.g1, c.g2
+        # The destination consumers start: g1's reads from exactly where Ferry put it, commits,
+        # stays a few of MM2's sync intervals, leaves; g2's have not started yet
         joined = time.time()
-        read = consume_then_leave(dst.config, g1, topic)
-        assert {k: v[0] for k, v in read.items()} == source[g1], read
-        consumer_commit = {k: v[-1] + 1 for k, v in read.items()}
+        consumer = DestinationConsumer(dst.config, g1, c.topic)
+        assert consumer.first == c.source[g1], consumer.read
+        consumer.stay(STAY_S)
+        consumer.leave()
         refused = logged(mm, f"Unable to sync offsets for consumer group {g1}")
 
         # MM2's refresh fails once, then MM2 syncs a few times more
@@ -203,46 +257,100 @@ def test_mm2_group_sync_after_the_consumers_start(mode, cluster, destination, tm
         syncs_run = sync_runs(mm, after=joined)
         mm2_translation = checkpoints(mm)
 
-    code, rows = audit(config)
+    code, rows = audit(c.config)
     held = {g: committed_offsets(dst.config, g) for g in (g1, g2)}
     for (group, p), row in rows.items():
-        assert row["committed_offset"] == held[group][(topic, p)], row
-        assert row["exact_offset"] == source[group][(topic, p)], row
-    report = {
-        "mode": mode,
-        "mm2 syncs while/after the consumer": syncs_run,
-        "syncs refused (g1 had members)": len(refused),
-        "describe failures logged for g1": len(describe_failed),
-        "held": held,
-        "seconds": round(time.monotonic() - started),
-        "log": str(mm.log_path),
-        "checkpoints": {k: v for k, v in mm2_translation.items() if k[0] in (g1, g2)},
-    }
-    print(report)
+        assert row["committed_offset"] == held[group][(c.topic, p)], row
+        assert row["exact_offset"] == c.source[group][(c.topic, p)], row
+    print(
+        {
+            "mode": mode,
+            "source": {g: c.source[g] for g in (g1, g2)},
+            "held": held,
+            "mm2 syncs since the consumer joined": syncs_run,
+            "syncs refused (g1 had members)": len(refused),
+            "describe failures logged for g1": len(describe_failed),
+            "seconds": round(time.monotonic() - started),
+            "log": str(mm.log_path),
+        }
+    )
     if mode == "sync_on":
         # MM2 wrote its checkpointed translation over both groups: moved back, Ferry's offsets
         # and g1's consumer's commit alike, and `audit` shows each partition BEHIND by it
         assert describe_failed, mm.log_tail(20)
         for group in (g1, g2):
             assert held[group] == {
-                (t, p): mm2_translation[(group, t, p)] for t, p in source[group]
+                (t, p): mm2_translation[(group, t, p)] for t, p in c.source[group]
             }, (group, held, mm2_translation)
         assert {r["verdict"] for r in rows.values()} == {"BEHIND"}, rows
         assert code == 0  # BEHIND does not fail an audit: the verdicts tell it
     else:
-        assert held == {g1: consumer_commit, g2: source[g2]}, held
+        assert held == {g1: consumer.committed, g2: c.source[g2]}, held
         for p in range(2):
             assert rows[(g1, p)]["verdict"] == "AHEAD" and rows[(g1, p)]["difference"] == READ
             assert rows[(g2, p)]["verdict"] == "EXACT" and rows[(g2, p)]["difference"] == 0
         assert code == 1  # g1 AHEAD and not live: what its consumer read, not a loss
-    # A plain consumer of g2 reads next what audit's row says: `difference` records again,
-    # then the record after the source group's last one
-    originals = read_all(src.config, topic)
+    check_plain_consumer(c, src, dst, g2, rows)
+
+
+def describes(proxy) -> int:  # noqa: ANN001
+    """Classic group describes (DescribeGroups) the destination has received so far: Kafka's
+    admin client asks ConsumerGroupDescribe first and, for a classic group (what librdkafka
+    joins by default), learns its state from the DescribeGroups that follows."""
+    return proxy.requests.get(API_DESCRIBE_GROUPS, 0)
+
+
+def test_mm2_group_sync_when_consumers_leave_between_its_refresh_and_sync(
+    cluster, destination, tmp_path
+):
+    """No fault at all: g1's consumer leaves (a restart, a deploy) right after MM2's refresh
+    described g1 with it as a member, before MM2's sync. The test aims the leave at the moment
+    the describe reaches the destination and tries up to WINDOW_ATTEMPTS times."""
+    src, dst = cluster, destination
+    started = time.monotonic()
+    attempts = []
+    with cutover("sync_on", src, dst, tmp_path, fillers=FILLERS) as c:
+        mm, g1 = c.mm, c.g1
+        refresh_ms = [int(line.split(" took ")[1].split()[0]) for line in _refresh_lines(mm)]
+        for _ in range(WINDOW_ATTEMPTS):
+            before = committed_offsets(dst.config, g1)
+            consumer = DestinationConsumer(dst.config, g1, c.topic)
+            assert consumer.first == before, (consumer.read, before)
+            consumer.stay(1.5)  # at least one refresh sees the member
+            seen = describes(dst.proxy)
+            deadline = time.monotonic() + 10
+            while describes(dst.proxy) == seen and time.monotonic() < deadline:
+                consumer.consumer.poll(0.005)
+            consumer.leave()
+            left_at = time.time()
+            wait_logged(mm, f"{SYNC_STEP} took", count=2, after=left_at)
+            held = committed_offsets(dst.config, g1)
+            attempts.append((consumer.committed, held))
+            if held != consumer.committed:
+                break
+        mm2_translation = checkpoints(mm)
+    print(
+        {
+            "attempts (consumer's commit, held after)": attempts,
+            "refresh ms": refresh_ms,
+            "describes (ConsumerGroupDescribe, DescribeGroups)": (
+                dst.proxy.requests.get(API_CONSUMER_GROUP_DESCRIBE),
+                dst.proxy.requests.get(API_DESCRIBE_GROUPS),
+            ),
+            "seconds": round(time.monotonic() - started),
+            "log": str(mm.log_path),
+        }
+    )
+    assert held == {(t, p): mm2_translation[(g1, t, p)] for t, p in c.source[g1]}, attempts
+    code, rows = audit(c.config)
     for p in range(2):
-        row, stop = rows[(g2, p)], source[g2][(topic, p)]
-        got = [r for r in consume_from_committed(dst.config, g2, topic) if r.partition == p]
-        assert got[0].offset == row["committed_offset"], row
-        again = [r for r in got if r.offset < stop]
-        assert len(again) == -row["difference"], (row, len(again))
-        following = next(r for r in originals if r.partition == p and r.offset == stop)
-        assert got[len(again)].content == following.content
+        row = rows[(g1, p)]
+        assert row["verdict"] == "BEHIND" and row["committed_offset"] == held[(c.topic, p)], row
+
+
+def _refresh_lines(mm: MirrorMaker) -> list[str]:
+    return [
+        line
+        for line in mm.log_path.read_text(errors="replace").splitlines()
+        if f"{REFRESH_STEP} took" in line
+    ]
