@@ -4,22 +4,25 @@ its group sync does to them once the destination consumers start, with the sync 
 groups excluded (`groups.exclude`).
 
 Each test plays one cutover on a source cluster and a destination behind a `FaultProxy`. MM2
-runs first with its group sync on, so the destination groups hold MM2's translation, behind;
-then it is restarted with the mode's setting (the README's step before `migrate --execute`)
-and keeps running. Ferry migrates two groups exactly (`audit` before: every partition BEHIND;
-after `migrate --execute`: at the source offsets, which identity replication of a whole topic
-keeps). Then the destination consumers start: a real consumer of g1 joins, reads a few records
-from each partition, commits them and stays a few of MM2's sync intervals before it leaves (g2's
-consumers have not started). Then MM2's refresh fails once (KAFKA-19794's other trigger): its
-describe of the destination groups meets an outage a little longer than MM2's admin timeout,
-and the destination is back before the sync's own write times out. MM2 stopped, `audit` (the
-real job) tells what moved, cross-checked with the offsets the groups hold and with what a plain
-consumer of g2 reads next:
+copies a live topic and syncs the groups' offsets, behind; then it is restarted with the
+mode's setting (the README's step before `migrate --execute`) and keeps running, every
+interval one second. Ferry migrates g1 and g2 exactly (at the source offsets, which identity
+replication of a whole topic keeps). Then a real consumer of g1 starts on the destination: it
+reads a few records from each partition from Ferry's offset, commits, and leaves.
 
-- sync on: MM2 wrote its own translation over every migrated group — Ferry's and the
-  consumer's offsets alike: every partition `BEHIND` by exactly what MM2's checkpoint lags;
-- sync off / groups excluded: nothing moved back — g1 `AHEAD` by what its consumer read,
-  g2 `EXACT`.
+- `test_mm2_group_sync_after_a_failed_refresh`: the consumer stays a few sync intervals and
+  leaves; then one refresh's describe of the destination groups fails (swallowed by the proxy
+  until MM2's admin call times out; nothing else is touched). Sync on: MM2 writes its own
+  translation over both groups — Ferry's offsets and the consumer's commit alike — and every
+  partition is `BEHIND` in `audit`, at MM2's checkpoint. Sync off or groups excluded: nothing
+  moves back — g1 `AHEAD` by what its consumer read, g2 `EXACT`.
+- `test_mm2_group_sync_when_consumers_leave_between_its_refresh_and_sync`: no fault; MM2 also
+  syncs 30 more groups; the consumer leaves the moment MM2's refresh has described the group
+  with it as a member, before MM2's sync: MM2 writes its translation over the consumer's
+  commit, and `audit` shows g1 `BEHIND`.
+
+`audit` (the real job) runs after MM2 stopped; each row's `committed_offset` is checked against
+the offsets the group holds, and a plain consumer of g2 reads next what the row says.
 """
 
 from __future__ import annotations
@@ -35,19 +38,21 @@ from confluent_kafka import TopicPartition
 
 from ferry.testing.brokers import start_broker
 from ferry.testing.mm2 import (
-    REFRESH_STEP,
-    SHORT_DESTINATION_ADMIN_TIMEOUTS,
-    SYNC_STEP,
     MirrorMaker,
     checkpoints,
-    fail_next_group_describe,
-    logged,
     mirror_maker,
-    sync_runs,
-    wait_logged,
     wait_offset_syncs,
     wait_replicated,
     wait_synced,
+)
+from ferry.testing.mm2_group_sync import (
+    REFRESH_STEP,
+    SHORT_DESTINATION_ADMIN_TIMEOUTS,
+    SYNC_STEP,
+    fail_next_group_describe,
+    logged,
+    sync_runs,
+    wait_logged,
 )
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_DESCRIBE_GROUPS
@@ -155,6 +160,7 @@ class Cutover:
     source: dict[str, dict[tuple[str, int], int]]  # where each source group stopped
     g1: str
     g2: str
+    other: str  # a group MM2 syncs in every mode, Ferry never
 
 
 @contextmanager
@@ -214,7 +220,7 @@ def cutover(mode: str, src, dst, tmp_path, fillers: int = 0) -> Iterator[Cutover
         assert migrated.code == 0, migrated.stderr
         for group in (g1, g2):
             assert committed_offsets(dst.config, group) == source[group], group
-        yield Cutover(mm, topic, config, source, g1, g2)
+        yield Cutover(mm, topic, config, source, g1, g2, f"{u}-mm2only")
 
 
 def check_plain_consumer(c: Cutover, src, dst, group: str, rows: dict) -> None:  # noqa: ANN001
@@ -254,6 +260,7 @@ def test_mm2_group_sync_after_a_failed_refresh(mode, cluster, destination, tmp_p
         else:
             wait_logged(mm, f"{SYNC_STEP} took", count=3, after=failed_at + 5)
         describe_failed = logged(mm, f"Error querying for consumer group {g1}")
+        other_failed = logged(mm, f"Error querying for consumer group {c.other}")
         syncs_run = sync_runs(mm, after=joined)
         mm2_translation = checkpoints(mm)
 
@@ -285,6 +292,8 @@ def test_mm2_group_sync_after_a_failed_refresh(mode, cluster, destination, tmp_p
         assert {r["verdict"] for r in rows.values()} == {"BEHIND"}, rows
         assert code == 0  # BEHIND does not fail an audit: the verdicts tell it
     else:
+        # excluded: MM2 still syncs (and failed to describe) its other group, never g1 or g2
+        assert (not describe_failed, bool(other_failed)) == (True, mode == "excluded")
         assert held == {g1: consumer.committed, g2: c.source[g2]}, held
         for p in range(2):
             assert rows[(g1, p)]["verdict"] == "AHEAD" and rows[(g1, p)]["difference"] == READ
