@@ -341,24 +341,26 @@ def test_a_killed_application_master_fails_cleanly_and_the_rerun_is_exact(
         assert committed(dst, group) == offsets, group
 
 
-def readme_yarn_command() -> list[str]:
-    """The command of README's "Running on YARN", as printed there."""
+def readme_yarn_command() -> str:
+    """The command of README's "Running on YARN", as printed there (a shell command line)."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Running on YARN") :]
     section = section[: section.index("\n## ", 1)]
     [block] = re.findall(r"```sh\n(.*?)```", section, re.S)
-    return shlex.split(re.sub(r"\\\n\s*", " ", block))
+    return textwrap.dedent(block)
 
 
 def test_the_readme_yarn_command_runs_as_written_with_the_shipped_config(yarn, tmp_path):
-    """README's YARN command, word for word, from the checkout with conf/migrate.yaml as
-    shipped (its audit.path an example path on local disk, which `migrate` never writes): the
-    clusters come from the variables the config names, everything a node needs beyond it
-    (where Spark's jars are, loopback, small containers) from the spark-defaults.conf an EMR
-    node has. Fresh clusters with the topic names the shipped rename rule gives the replica
-    (`src.` + the source's); the group migrates exactly."""
-    argv = readme_yarn_command()
-    assert argv[:2] == ["./spark-submit.sh", "--master"] and "conf/migrate.yaml" in argv, argv
+    """README's YARN command, word for word, run by a shell from the checkout with
+    conf/migrate.yaml as shipped (its audit.path an example path on local disk, which
+    `migrate` never writes): the clusters come from the variables the config names, exported
+    as the README says, everything a node needs beyond it (where Spark's jars are, loopback,
+    small containers) from the spark-defaults.conf an EMR node has. Fresh clusters with the
+    topic names the shipped rename rule gives the replica (`src.` + the source's); the group
+    migrates exactly."""
+    command = readme_yarn_command()
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[:2] == ["./spark-submit.sh", "--master"] and "conf/migrate.yaml" in words, words
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
     (conf_dir / "spark-defaults.conf").write_text(
@@ -389,8 +391,9 @@ def test_the_readme_yarn_command_runs_as_written_with_the_shipped_config(yarn, t
             FERRY_DESTINATION_BOOTSTRAP=dst.bootstrap,
         )
         run = subprocess.run(
-            argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
-        )
+            ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=900, check=False,
+        )  # fmt: skip
         assert run.returncode == 0, run.stderr
         assert "1 of 1 groups migrated" in run.stdout, (run.stdout, run.stderr)
         assert committed(dst, group) == {(f"src.{topic}", 0): 25}
