@@ -83,13 +83,11 @@ def watch(
     return code, b"".join(out).decode(), lines
 
 
-@pytest.fixture(scope="module")
-def watched_run(clusters, tmp_path_factory) -> WatchedRun:
+def watched_migrate(clusters, work: Path, *job_args: str) -> WatchedRun:  # noqa: ANN001
     """One migrate run with its console and event log: two groups on two topics, the
     destination a replica from offset 5."""
     src, dst = clusters
-    work = tmp_path_factory.mktemp("console")
-    prefix = f"console-{os.getpid()}-{time.time_ns() % 10**6}"
+    prefix = f"console-{os.getpid()}-{time.time_ns() % 10**9}"
     topics = {f"{prefix}-a": 2, f"{prefix}-b": 1}
     create_topics(src.config, topics)
     create_topics(dst.config, topics)
@@ -108,10 +106,15 @@ def watched_run(clusters, tmp_path_factory) -> WatchedRun:
     code, stdout, lines = watch(
         ["--master", "local[2]", "--conf", "spark.eventLog.enabled=true",
          "--conf", "spark.eventLog.compress=false", "--conf", f"spark.eventLog.dir=file://{events}",
-         "migrate", "--config", config, "--execute", "-o", "json"],
+         "migrate", "--config", config, "--execute", "-o", "json", *job_args],
         env,
     )  # fmt: skip
     return WatchedRun(code, stdout, lines, events)
+
+
+@pytest.fixture(scope="module")
+def watched_run(clusters, tmp_path_factory) -> WatchedRun:
+    return watched_migrate(clusters, tmp_path_factory.mktemp("console"))
 
 
 def progress_lines(lines: list[Line]) -> list[tuple[float, float, str]]:
@@ -193,3 +196,14 @@ def test_every_spark_job_names_the_ferry_job_its_run_and_its_stage(watched_run):
     assert stages <= said, (stages, said)
     assert any(s.startswith("source: reading") for s in stages), stages
     assert len(stages) >= 2, stages
+
+
+@pytest.mark.slow
+def test_progress_reaches_a_piped_console_as_it_is_written_under_verbose(clusters, tmp_path):
+    """--verbose leaves stderr unfiltered (Spark's own logging on it too): the driver's lines
+    still arrive as written."""
+    run = watched_migrate(clusters, tmp_path, "--verbose")
+    assert run.code == 0, run.stderr[-5000:]
+    assert len(progress_lines(run.lines)) >= 5, run.stderr[-5000:]
+    assert re.search(r"\bINFO\b", run.stderr)  # Spark's console logging, as asked
+    assert late_lines(run.lines) == [], run.stderr[-5000:]
