@@ -548,6 +548,15 @@ def test_packages_of_the_user_load_beside_ferrys_and_ivy_stays_off_the_console(t
     assert not re.search(r"^(::|\t)|Ivy|artifacts", bad.stderr, re.M), bad.stderr
     [log] = logs.iterdir()
     assert "found org.jetbrains#annotations;26.0.2" in log.read_text()  # Ivy's report
+    # a coordinate that does not resolve: spark-submit's failure in one line
+    missing = submit("--packages", "org.example.ferry:nothing:9.9", "groups", "list",
+                     FERRY_LOG_DIR=str(tmp_path / "log2"))  # fmt: skip
+    assert missing.returncode == 1
+    [line] = [x for x in missing.stderr.splitlines() if not x.startswith("WARNING: Using incub")]
+    assert line.startswith(
+        "error: spark-submit could not start the job: "
+        "[unresolved dependency: org.example.ferry#nothing;9.9: not found] (details: "
+    ), line
 
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
