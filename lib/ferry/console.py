@@ -9,9 +9,10 @@ What is not Ferry's word goes to the run's log file instead:
 - Java stack traces: a JVM thread that dies uncaught (Py4J's reader out of memory, say) prints
   one beside the job's one-line error, which names the log file;
 - Ivy's resolution report (`--packages`, `--delta`): ~90 lines before the job starts.
-spark-submit itself failing to start the job (`Exception in thread "main" ...`: a package that
-does not resolve, say) becomes one `error:` line naming the log file. Every other line (the
-JVM's own start-up errors included) reaches the console unchanged.
+spark-submit itself failing (`Exception in thread "main" ...`: a package that does not
+resolve, say) becomes one `error:` line naming the log file, unless the job has said its own
+`error:` line already. Every other line (the JVM's own start-up errors included) reaches the
+console unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ConsoleFilter:
     def __init__(self, log_path: str) -> None:
         self.log_path = log_path
         self.is_in_ivy = False
+        self.has_error = False  # an `error:` line reached the console: the run's one line
         self.pending = b""
 
     def feed(self, data: bytes) -> tuple[bytes, bytes]:
@@ -64,17 +66,23 @@ class ConsoleFilter:
         if failed:
             self.is_in_ivy = False
             log.append(line)
-            why = failed.group(1).strip().decode("utf-8", "replace")
-            console.append(
-                f"error: spark-submit could not start the job: {why} "
-                f"(details: {self.log_path})\n".encode()
-            )
+            if not self.has_error:
+                why = failed.group(1).strip().decode("utf-8", "replace")
+                self._say(console, f"error: spark-submit could not start the job: {why} "
+                          f"(details: {self.log_path})\n".encode())  # fmt: skip
             return
         if self.is_in_ivy or _IVY_START.match(line):
             self.is_in_ivy = not _IVY_END.match(line)
             log.append(line)
             return
-        (log if _STACK.match(line) else console).append(line)
+        if _STACK.match(line):
+            log.append(line)
+        else:
+            self._say(console, line)
+
+    def _say(self, console: list[bytes], line: bytes) -> None:
+        self.has_error = self.has_error or line.startswith(b"error: ")
+        console.append(line)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -81,6 +81,9 @@ def test_stack_traces_go_to_the_log_and_a_failed_start_is_one_error_line():
         b"org.example#nothing;9.9: not found] (details: /var/log/run.log)\n"
     )
     assert unresolved in log
+    # after the job's own error line, the JVM's main thread dying is the log's
+    console, log = routed(b"error: Spark's driver JVM stopped\n" + unresolved)
+    assert console == b"error: Spark's driver JVM stopped\n" and unresolved in log
 
 
 def test_a_last_line_without_its_newline_still_arrives():
