@@ -90,7 +90,7 @@ def parse_args(argv: list[str]):  # noqa: ANN201
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.set)
-    progress = Progress(not args.quiet)
+    progress = Progress(not args.quiet, f"groups {args.verb}")
     if args.verb == "rollback":
         if args.run_id and args.rollback_id and args.run_id != args.rollback_id:
             raise UsageError("give the run id once: RUN_ID or --rollback RUN_ID")
@@ -127,6 +127,7 @@ def main(argv: list[str]) -> int:
     if args.execute:
         spark = build_session(f"ferry-groups-{args.verb}")
         ledger = Ledger(spark, cfg.ledger.path, new_run_id(args.verb), args.verb, True)
+        progress.run_id = ledger.run_id
     write = partial(apply.write, cluster=cluster, run_ledger=ledger, lease_ms=cfg.ledger.lease_ms,
                     batch_groups=cfg.admin.batch_groups, progress=progress,
                     allow_rewind=getattr(args, "allow_rewind", False))  # fmt: skip

@@ -75,11 +75,13 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     wait_s = parse_span(args.wait, "--wait") if args.wait else 0.0
     cfg = load_config(args.config, args.set)
-    progress = Progress(not args.quiet)
     if args.rollback:
+        progress = Progress(not args.quiet, f"migrate --rollback {args.rollback}")
         return rollback.rollback_job(
             cfg, "destination", args.rollback, args.execute, args.output, progress
         )
+    run_id = new_run_id("migrate")
+    progress = Progress(not args.quiet, "migrate", run_id)
     require(cfg, "source", "destination", "ledger.path")
     src = kafka.Cluster.from_config(cfg, "source")
     dst = kafka.Cluster.from_config(cfg, "destination")
@@ -105,7 +107,7 @@ def main(argv: list[str]) -> int:
         args.allow_active_source,
         progress,
     )
-    ledger = Ledger(spark, cfg.ledger.path, new_run_id("migrate"), "migrate", args.execute)
+    ledger = Ledger(spark, cfg.ledger.path, run_id, "migrate", args.execute)
     counts = None  # a dry run's differences (records) for groups already at or past the plan
     if args.execute:
         migrate.commit_groups(

@@ -429,7 +429,7 @@ def test_ledger_claims_and_commit_metadata_cross_writers(interop):
 
 
 def test_packages_coordinate_is_the_pinned_delta_for_the_installed_spark():
-    """`--packages` asks for delta-spark built for the installed Spark, at the version setup.py
+    """`--delta` asks for delta-spark built for the installed Spark, at the version setup.py
     pins exactly (PyPI can carry a delta-spark whose jars Maven does not), from the mirror
     FERRY_MAVEN_MIRROR names when set."""
     import importlib.metadata as md
@@ -437,7 +437,7 @@ def test_packages_coordinate_is_the_pinned_delta_for_the_installed_spark():
 
     mirror = "https://nexus.example/repository/maven-central/"
     printed = subprocess.run(
-        [str(ROOT / "spark-submit.sh"), "--packages", "--print-command", "lag-status"],
+        [str(ROOT / "spark-submit.sh"), "--delta", "--print-command", "lag-status"],
         capture_output=True, text=True, check=True, cwd=ROOT,
         env={**os.environ, "FERRY_MAVEN_MIRROR": mirror},
     ).stdout  # fmt: skip
