@@ -200,7 +200,7 @@ def glibc_floor(env: Path) -> tuple[tuple[int, int], Path | None]:
         if not path.is_file() or path.is_symlink():
             continue
         for name in _elf_version_needs(path):
-            found = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", name)
+            found = re.match(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?$", name)
             if found and (int(found[1]), int(found[2])) > floor:
                 floor, needer = (int(found[1]), int(found[2])), path
     return floor, needer
