@@ -42,7 +42,7 @@ def node() -> Iterator[tuple[Path, str, Path]]:
         pytest.skip("chroot needs root")
     if not ARCHIVE.is_file():
         pytest.fail(f"{ARCHIVE} is missing: make test-cluster builds it (make package)")
-    from ferry.testing.rootfs import node_python, rootfs
+    from ferry.testing.rootfs import node_python, proc_mounted, rootfs
 
     root = rootfs()
     python = node_python()
@@ -53,7 +53,8 @@ def node() -> Iterator[tuple[Path, str, Path]]:
             tar.extractall(container / "environment", filter="tar")
         subprocess.run([sys.executable, str(ROOT / "lib/ferry/packaging.py"), "lib"], check=True)
         shutil.copy(ROOT / "build" / "ferry-lib.zip", container)
-        yield root, python, container
+        with proc_mounted(root):
+            yield root, python, container
     finally:
         shutil.rmtree(container, ignore_errors=True)
 
@@ -99,8 +100,10 @@ def test_the_packed_environment_reads_kafka_on_glibc_2_31(node, cluster, unique)
         }}))
         """
     )
+    # the node's python3.11 on PATH, as installed by its administrator
+    path = f"{Path(python).parent}:{NODE_PATH}"
     done = in_node(root, container, ["./environment/bin/python", "-c", code],
-                   PYTHONPATH="ferry-lib.zip")  # fmt: skip
+                   PYTHONPATH="ferry-lib.zip", PATH=path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen["executable"] == python  # the node's own interpreter
@@ -110,16 +113,21 @@ def test_the_packed_environment_reads_kafka_on_glibc_2_31(node, cluster, unique)
 
 
 def test_a_node_without_a_python_it_can_use_gets_one_line(node):
-    """bullseye's own python3 is 3.9: refused before any Python starts, in one line."""
+    """bullseye's own python3 is 3.9 (and no python3.11 on PATH): refused before any Python
+    starts, in one line."""
     root, _, container = node
-    done = in_node(root, container, ["./environment/bin/python", "-c", "print('started')"],
-                   FERRY_NODE_PYTHON="/usr/bin/python3")  # fmt: skip
+    done = in_node(root, container, ["./environment/bin/python", "-c", "print('started')"])
     assert done.returncode == 1 and "started" not in done.stdout
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     floor = (ROOT / "build" / "env" / "bin" / "python").read_text().split("FLOOR=")[1].split()[0]
     assert f"needs glibc {floor} or newer and Python 3.11" in lines[0]
-    assert "has glibc 2.31 and python3 3.9." in lines[0]
+    assert lines[0].endswith("has glibc 2.31 and python3 3.9.2"), lines[0]
+    # named outright, bullseye's python3 is refused the same way
+    named = in_node(root, container, ["./environment/bin/python", "-c", "print('started')"],
+                    FERRY_NODE_PYTHON="/usr/bin/python3")  # fmt: skip
+    assert named.returncode == 1 and len(named.stderr.splitlines()) == 1, named.stderr
+    assert "(FERRY_NODE_PYTHON=/usr/bin/python3)" in named.stderr
 
 
 def test_the_build_machines_interpreter_does_not_start_there(node):

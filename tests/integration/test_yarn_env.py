@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from ferry.result import fs_shell
+from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.yarn import Yarn, yarn_cluster
 
 from .jobrunner import ROOT
@@ -44,6 +45,10 @@ def test_a_second_submit_uploads_the_environment_no_more(yarn, cluster, unique, 
     env_dir = f"/user/{user}/.ferry/env"
     copy = f"{env_dir}/ferry-env-{sha}.tar.gz"
     staging = f"{tmp_path}/staging"
+    topic, group = f"{unique}-t", f"{unique}-g"
+    create_topics(cluster.config, {topic: 1})
+    produce(cluster.config, topic, 0, [Record(b"k", b"v", None) for _ in range(3)])
+    commit_offsets(cluster.config, group, {(topic, 0): 2})
     config = tmp_path / "groups.yaml"
     config.write_text(textwrap.dedent(f"cluster:\n  bootstrap.servers: {cluster.bootstrap}\n"))
     runs = []
@@ -51,9 +56,11 @@ def test_a_second_submit_uploads_the_environment_no_more(yarn, cluster, unique, 
         # Spark's own uploads for the application kept where the test can list them.
         done = submit(yarn, tmp_path, "--conf", "spark.yarn.preserve.staging.files=true",
                       "--conf", f"spark.yarn.stagingDir={yarn.fs}{staging}",
-                      "groups", "list", "--config", str(config), "-o", "json")  # fmt: skip
+                      "groups", "list", "--config", str(config), "--group", group,
+                      "-o", "json")  # fmt: skip
         assert done.returncode == 0, done.stderr
-        json.loads(done.stdout)  # the job's own output, from a driver in the environment
+        # the job's own output, from a driver started by the environment's launcher
+        assert group in done.stdout and isinstance(json.loads(done.stdout), list | dict)
         listed = hdfs(yarn, "-ls", env_dir).splitlines()
         stat = hdfs(yarn, "-stat", "%Y %b", copy).strip()
         runs.append((done.stderr, [x.split()[-1] for x in listed if x.startswith("-")], stat))

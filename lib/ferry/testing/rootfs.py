@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ferry.testing.artifacts import cache_root
@@ -105,11 +107,27 @@ def node_python(minor: str = f"{sys.version_info.major}.{sys.version_info.minor}
     return inside
 
 
+@contextmanager
+def proc_mounted(root: Path) -> Iterator[None]:
+    """/proc inside the root filesystem while in use, as every node has it: the dynamic loader
+    reads /proc/self/exe to resolve $ORIGIN, which the wheels' libraries use to find the
+    libraries packed beside them."""
+    if (root / "proc" / "self").exists():
+        yield
+        return
+    subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(root / "proc")], check=False)
+
+
 def chroot(root: Path, argv: list[str], **kwargs) -> subprocess.CompletedProcess:  # noqa: ANN003
     """Run argv inside the root filesystem with a plain environment."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/root", "LANG": "C"}
     env.update(kwargs.pop("env", {}))
-    return subprocess.run(["chroot", str(root), *argv], env=env, **kwargs)
+    chroot_bin = shutil.which("chroot") or "/usr/sbin/chroot"
+    return subprocess.run([chroot_bin, str(root), *argv], env=env, **kwargs)
 
 
 def main() -> int:
