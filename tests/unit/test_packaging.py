@@ -4,6 +4,7 @@ with stand-in interpreters and a stand-in getconf."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -155,3 +156,31 @@ def test_the_launcher_refuses_in_one_line_naming_glibc_python_and_the_floor(tmp_
     _python(node, "python3.9", "3.9")
     wrong = _run(env, node, FERRY_NODE_PYTHON=str(node / "python3.9"))
     assert wrong.returncode == 1 and f"FERRY_NODE_PYTHON={node}/python3.9" in wrong.stderr
+
+
+def test_python_minors_start_with_the_drivers(monkeypatch):
+    own = f"{sys.version_info.major}.{sys.version_info.minor}"
+    monkeypatch.setenv("FERRY_PYTHONS", f"3.12, 3.13 {own}")
+    assert packaging.python_minors() == [own, "3.12", "3.13"]
+    monkeypatch.delenv("FERRY_PYTHONS")
+    assert packaging.python_minors() == [own]
+
+
+def test_the_hash_named_copy_is_on_the_clusters_default_filesystem(tmp_path, monkeypatch):
+    archive = tmp_path / "env.tar.gz"
+    archive.write_bytes(b"not really an archive")
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    (tmp_path / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name>"
+        "<value>hdfs://nn:8020/</value></property></configuration>"
+    )
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    assert packaging.published_uri(archive, "/user/u/.ferry/env/") == (
+        "hdfs://nn:8020/user/u/.ferry/env",
+        f"hdfs://nn:8020/user/u/.ferry/env/ferry-env-{sha}.tar.gz",
+    )
+    s3 = packaging.published_uri(archive, "s3a://b/env")[1]
+    assert s3 == f"s3a://b/env/ferry-env-{sha}.tar.gz"
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path / "none"))
+    with pytest.raises(RuntimeError, match="no fs.defaultFS"):
+        packaging.published_uri(archive, "/user/u/env")
