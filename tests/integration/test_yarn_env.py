@@ -34,12 +34,15 @@ def yarn(tmp_path_factory) -> Iterator[Yarn]:
 
 
 def hdfs(yarn: Yarn, *args: str) -> str:
-    done = fs_shell("-fs", yarn.fs, *args)
+    done = fs_shell(*args)  # HADOOP_CONF_DIR: the MiniCluster's
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
 
-def test_a_second_submit_uploads_the_environment_no_more(yarn, cluster, unique, tmp_path):
+def test_a_second_submit_uploads_the_environment_no_more(
+    yarn, cluster, unique, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(yarn.conf_dir))
     sha = hashlib.sha256(ARCHIVE.read_bytes()).hexdigest()
     user = os.environ.get("USER") or os.popen("id -un").read().strip()
     env_dir = f"/user/{user}/.ferry/env"
