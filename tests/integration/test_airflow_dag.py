@@ -49,6 +49,7 @@ CHECK = textwrap.dedent(
         "dags": sorted(bag.dag_ids),
         "schedule": str(dag.schedule),
         "retries": task.retries,
+        "tells_a_person": bool(task.on_failure_callback),
         "max_active_runs": dag.max_active_runs,
         "outcomes": outcomes,
         "argv": module.cutover_command(),
@@ -90,7 +91,7 @@ def test_airflows_loader_takes_the_dag_and_each_exit_code_gets_its_outcome(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["errors"] == {} and seen["dags"] == ["ferry_cutover"]
-    assert seen["retries"] > 0 and seen["max_active_runs"] == 1
+    assert seen["retries"] > 0 and seen["max_active_runs"] == 1 and seen["tells_a_person"]
     assert seen["schedule"] == "*/30 * * * *"
     assert seen["outcomes"] == {
         "0": "success",
