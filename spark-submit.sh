@@ -42,6 +42,8 @@
 #                         FERRY_KAFKA_PACKAGE=1 also adds Spark's Kafka connector
 #   FERRY_SPARK_SUBMIT    the spark-submit to use (default: the one from .venv's pyspark)
 #   FERRY_LOG_DIR         where each run's Spark log file goes (default: var/log)
+#   FERRY_ENV_DIR         where the shipped environment is kept by content hash, a Hadoop URI
+#                         (default on YARN: /user/$USER/.ferry/env; none: upload every time)
 #   PYSPARK_PYTHON        local masters: the Python workers' interpreter (default: .venv's)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -173,7 +175,7 @@ if [ "$LOCAL" = 0 ] && [ "$SHIP_ENV" = 1 ] && ! has_user_conf spark.pyspark.pyth
 ENV_ARCHIVE="$ROOT/build/ferry-env.tar.gz"
 if [ "$SHIP" = 1 ]; then
   if [ ! -f "$ENV_ARCHIVE" ] || [ ! -d "$ROOT/build/env" ] || [ ! -x "$ROOT/build/driver-python" ] ||
-     [ "$ROOT/setup.py" -nt "$ENV_ARCHIVE" ]; then
+     [ ! -f "$ENV_ARCHIVE.sha256" ] || [ "$ROOT/setup.py" -nt "$ENV_ARCHIVE" ]; then
     if [ "$PRINT" = 1 ]; then
       echo "note: $ENV_ARCHIVE is missing or out of date; 'make package' builds it" >&2
     else
@@ -184,12 +186,32 @@ if [ "$SHIP" = 1 ]; then
     fi
   fi
   ENV_PY=./environment/bin/python
-  ARCHIVES="$ENV_ARCHIVE#environment${ARCHIVES:+,$ARCHIVES}"
+  # Uploaded once per content: YARN (and FERRY_ENV_DIR, a Hadoop URI the nodes reach, on any
+  # master) references a copy named by the archive's sha256 on the cluster's filesystem, put
+  # there only when missing, instead of spark-submit uploading it again with every job.
+  ENV_DIR_URI="${FERRY_ENV_DIR:-}"
+  case "$MASTER" in yarn*) [ -n "$ENV_DIR_URI" ] || ENV_DIR_URI="/user/${USER:-$(id -un)}/.ferry/env" ;; esac
+  ENV_URI="$ENV_ARCHIVE"
+  if [ -n "$ENV_DIR_URI" ] && [ "$ENV_DIR_URI" != none ]; then
+    if [ "$PRINT" = 1 ]; then
+      ENV_URI="$("$PY" "$ROOT/lib/ferry/packaging.py" publish "$ENV_DIR_URI" --print)" || exit 1
+      echo "note: a run first puts $ENV_ARCHIVE at $ENV_URI when it is not there" >&2
+    else
+      ENV_URI="$("$PY" "$ROOT/lib/ferry/packaging.py" publish "$ENV_DIR_URI")" || exit 1
+    fi
+  fi
+  ARCHIVES="$ENV_URI#environment${ARCHIVES:+,$ARCHIVES}"
+  # The node's Python must be the driver's minor (PySpark refuses workers of another), when
+  # the environment holds more than one (FERRY_PYTHONS).
+  DRIVER_MINOR="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  DEFAULTS+=("spark.executorEnv.FERRY_PYTHON_MINOR=$DRIVER_MINOR")
   DEFAULTS+=("spark.pyspark.python=$ENV_PY")
   if [ "$DEPLOY_MODE" = cluster ]; then
     case "$MASTER" in
-      yarn*) DEFAULTS+=("spark.yarn.appMasterEnv.PYSPARK_PYTHON=$ENV_PY") ;;
-      k8s://*) DEFAULTS+=("spark.kubernetes.driverEnv.PYSPARK_PYTHON=$ENV_PY") ;;
+      yarn*) DEFAULTS+=("spark.yarn.appMasterEnv.PYSPARK_PYTHON=$ENV_PY"
+        "spark.yarn.appMasterEnv.FERRY_PYTHON_MINOR=$DRIVER_MINOR") ;;
+      k8s://*) DEFAULTS+=("spark.kubernetes.driverEnv.PYSPARK_PYTHON=$ENV_PY"
+        "spark.kubernetes.driverEnv.FERRY_PYTHON_MINOR=$DRIVER_MINOR") ;;
     esac
   else
     # The driver JVM plans Python data sources in Python workers started with the executors'
@@ -202,7 +224,8 @@ if [ "$SHIP" = 1 ]; then
       ln -sfn ../env "$RUN_DIR/.environment.$$" && mv -T "$RUN_DIR/.environment.$$" "$RUN_DIR/environment"
     fi
     DEFAULTS+=("spark.pyspark.driver.python=$ROOT/build/driver-python")
-    ENVS+=("FERRY_CALLER_CWD=$PWD" "FERRY_DRIVER_PYTHON=$PY")
+    # Those workers run the environment with the driver's own interpreter.
+    ENVS+=("FERRY_CALLER_CWD=$PWD" "FERRY_DRIVER_PYTHON=$PY" "FERRY_NODE_PYTHON=$PY")
   fi
 elif [ "$LOCAL" = 1 ]; then
   ENVS+=("PYSPARK_PYTHON=${PYSPARK_PYTHON:-$PY}")
