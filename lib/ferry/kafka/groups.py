@@ -245,7 +245,7 @@ def await_coordinators(
     known = _answering.get(cluster.name)
     if known is None:
         first = groups[0]
-        if not _answered(cluster, {0: first}, deadline, lambda _g: list(groups), errors):
+        if not _answered(cluster, {0: first}, deadline, lambda _g: groups, errors, None):
             return
         count = _offsets_partitions(cluster, deadline)
         known = _answering[cluster.name] = (count, {partition_for(first, count)})
@@ -255,37 +255,34 @@ def await_coordinators(
         by_partition.setdefault(partition_for(group, count), []).append(group)
     asked = {p: members[0] for p, members in by_partition.items() if p not in answering}
     if asked:
-        answering.update(
-            _answered(
-                cluster, asked, deadline, lambda g: by_partition[partition_for(g, count)], errors
-            )
-        )
+        coordinated = lambda g: by_partition[partition_for(g, count)]  # noqa: E731
+        answering.update(_answered(cluster, asked, deadline, coordinated, errors, count))
 
 
 def _answered(
     cluster: Cluster,
     asked: dict[int, str],
     deadline: float,
-    coordinated_with: Callable[[str], list[str]],
+    coordinated_with: Callable[[str], Sequence[str]],
     errors: dict[str, ClusterError] | None,
+    count: int | None,
 ) -> set[int]:
     """Describe one group per partition (`asked`) until each is answered (or fails for
     another reason than a coordinator not answering yet); returns the partitions answered. A
-    coordinator still not answering at the deadline raises, or with `errors` fails the groups
-    `coordinated_with` names (those of its partition)."""
+    coordinator still not answering when the budget ends raises, or with `errors` fails the
+    groups `coordinated_with` names (those of its partition; `count` partitions, when known,
+    name it)."""
 
-    def gave_up(group: str, reason: str) -> ClusterError:
-        return ClusterError(
-            f"{cluster.name}: fetch committed offsets failed (retried for "
-            f"{cluster.retry_s:g}s): the coordinator of group {group} did not answer: {reason}"
-        )
+    def coordinator(group: str) -> str:
+        if count is None:
+            return f"the coordinator of group {group}"
+        return f"the coordinator of {OFFSETS_TOPIC}[{partition_for(group, count)}]"
 
     answers, failed = retry_each(
         cluster,
-        lambda g: f"describe group {g}",
+        lambda g: f"fetch committed offsets ({coordinator(g)} not answering)",
         list(asked.values()),
         lambda admin, keys: admin.describe_consumer_groups(keys, request_timeout=cluster.attempt_s),
-        gave_up=gave_up,
         deadline=deadline,
     )
     for group, error in failed.items():
@@ -293,8 +290,7 @@ def _answered(
             continue  # not a coordinator that is not ready: the fetch reports it
         if errors is None:
             raise error
-        for other in coordinated_with(group):
-            errors[other] = gave_up(other, short_reason(error.__cause__))
+        errors.update(dict.fromkeys(coordinated_with(group), error))
     return {p for p, g in asked.items() if g in answers}
 
 
