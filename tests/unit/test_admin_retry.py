@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 
 from ferry.kafka.cluster import ClusterError, CommitUnknownError
-from ferry.kafka.retry import failed_future, retry_each
+from ferry.kafka.groups import partition_for
+from ferry.kafka.retry import Backoff, failed_future, retry_each
 
 
 @dataclass
@@ -168,3 +169,39 @@ def test_a_key_answered_not_yet_keeps_the_other_keys_retrying_past_the_silence()
     answers, errors = retry_each(cluster, str, ["a", "b"], scripted(outcomes, sent))
     assert answers == {"a": "A", "b": "B"} and not errors
     assert time.monotonic() - started > cluster.timeout_s
+
+
+def test_a_shared_deadline_ends_the_budget_sooner():
+    # An operation of several calls (coordinators awaited, then the offsets fetched) spends
+    # one budget: the second call gets what is left of it.
+    cluster = FakeCluster(retry_s=30.0)
+    outcomes = {"g": [error(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)] * 50}
+    started = time.monotonic()
+    _, errors = retry_each(cluster, str, ["g"], scripted(outcomes, []), deadline=started + 1.0)
+    took = time.monotonic() - started
+    assert "retried for 30s" in str(errors["g"]) and 0.5 < took < 1.5, took
+
+
+def test_backoff_doubles_to_five_seconds_and_never_waits_past_its_deadline():
+    backoff = Backoff(retry_s=60.0)
+    delays = []
+    for _ in range(8):
+        delays.append(backoff.delay)
+        backoff.delay = min(backoff.delay * 2, 5.0)  # what wait() does after sleeping
+    assert delays == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
+    short = Backoff(retry_s=60.0, deadline=time.monotonic() + 0.1)
+    started = time.monotonic()
+    assert short.wait() is False and time.monotonic() - started < 0.05
+    assert short.spent == "retried for 60s"
+
+
+def test_partition_for_is_the_brokers_rule():
+    # Java's String.hashCode over UTF-16 code units, Kafka's Utils.abs, modulo the count.
+    assert partition_for("hello", 50) == 99162322 % 50  # "hello".hashCode() == 99162322
+    assert partition_for("polygenelubricants", 50) == 0  # hashCode() == Integer.MIN_VALUE
+    assert partition_for("\U0001f600", 1000) == (31 * 0xD83D + 0xDE00) % 1000  # a surrogate pair
+    negative = "hellohellohello"  # hashCode() < 0: its absolute value is taken
+    code = 0
+    for ch in negative:
+        code = (31 * code + ord(ch)) & 0xFFFFFFFF
+    assert code >= 1 << 31 and partition_for(negative, 7) == ((1 << 32) - code) % 7

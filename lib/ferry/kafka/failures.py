@@ -15,6 +15,12 @@ def short_reason(exc: BaseException) -> str:
     text = str(exc.args[0]) if exc.args else str(exc)
     if hasattr(exc.args[0] if exc.args else None, "str"):
         text = exc.args[0].str()
+    err = kafka_error(exc)
+    if err is not None and text.rstrip().endswith(":"):
+        # the broker sent no message ("ConsumerGroupDescribe: "): name the error instead
+        from confluent_kafka import KafkaError
+
+        text = f"{text.rstrip()} {KafkaError(err.code()).str()}"
     return text.splitlines()[0] if text else type(exc).__name__
 
 

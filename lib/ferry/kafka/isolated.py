@@ -12,10 +12,13 @@ reads thousands of groups at once.
 
 So such calls run in a worker process (`run`): a plain `python -m ferry.kafka.isolated` that
 reads one pickled call at a time on stdin and answers on stdout, started on first use and kept
-for the job's life. A worker that dies mid-call is replaced and the call repeated (the calls
-are reads): the answer that killed it is the transient one. After `CRASH_ATTEMPTS` crashes in
-a row the call fails with a `ClusterError` naming it. Workers are used one call at a time; two
-threads calling at once get two workers.
+for the job's life. The calls themselves make the crash rare (`ferry.kafka.groups` waits for
+every coordinator an offset fetch will reach to answer before it fetches); what remains is a
+coordinator moving between the two. A worker that dies mid-call is replaced and the call
+repeated (the calls are reads: the answer that killed it is the transient one), with the one
+retry schedule (`ferry.kafka.retry.Backoff`: 0.2 s doubling to 5 s) until the caller's budget
+(`admin.retry_ms`) is spent; then the call fails with one line naming it. Workers are used one
+call at a time; two threads calling at once get two workers.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ferry.errors import ClusterError
+from ferry.kafka.retry import Backoff
 
 T = TypeVar("T")
 
-CRASH_ATTEMPTS = 5
 _HEADER = struct.Struct("!Q")
 
 
@@ -78,29 +81,47 @@ _all: list[_Worker] = []
 _lock = threading.Lock()
 
 
-def run(what: str, func: Callable[..., T], *args: object) -> T:
+def run(
+    what: str, func: Callable[..., T], *args: object, retry_s: float, deadline: float | None = None
+) -> T:
     """`func(*args)` in a worker process; `func` is a module-level function, `args` and its
-    result picklable. Exceptions it raises are raised here. `what` names the call for the
-    error after repeated crashes."""
-    for attempt in range(1, CRASH_ATTEMPTS + 1):
+    result picklable. Exceptions it raises are raised here. A worker that crashes is replaced
+    and the call repeated after a backoff, for `retry_s` seconds (or until `deadline`, a
+    `time.monotonic()` time: the machine's clock, the same in the worker); `what` names the
+    call in the error after that."""
+    backoff = Backoff(retry_s, deadline)
+    crashes = 0
+    while True:
         worker = _take()
         try:
             value = worker.call(func, args)
         except WorkerCrashed as e:
             with _lock:
                 _all.remove(worker)
-            if attempt == CRASH_ATTEMPTS:
-                raise ClusterError(
-                    f"{what}: the Kafka client crashed {attempt} times in a row ({e}; "
-                    "librdkafka issue 5040, a coordinator moving); run again later"
-                ) from None
-            continue
+                _crashes.append(str(e))
+            crashes += 1
+            if backoff.wait():
+                continue
+            times = "once" if crashes == 1 else f"{crashes} times"
+            raise ClusterError(
+                f"{what} failed ({backoff.spent}): the Kafka client crashed {times} ({e}; "
+                "librdkafka issue 5040: a group coordinator not ready or moving)"
+            ) from None
         except BaseException:
             _give_back(worker)
             raise
         _give_back(worker)
         return value
-    raise AssertionError("unreachable")
+
+
+_crashes: list[str] = []  # how each crashed worker ended, in this process (for tests)
+
+
+def crashes() -> list[str]:
+    """How every worker that crashed mid-call in this process ended ("exit -11"), oldest
+    first: the tests tell a run that met the crash from one that did not."""
+    with _lock:
+        return list(_crashes)
 
 
 _resident: dict[bytes, object] = {}

@@ -8,7 +8,9 @@ a timeout the next attempt uses a fresh AdminClient: a long-lived client that lo
 connections can keep timing out (or lack every partition leader) while a new one is answered
 at once. Bulk calls can also report failures per group (`errors=`), so one group that cannot
 be described or read does not fail the others. A request that must not be re-sent blindly (a
-commit) is re-checked before each retry (`recheck=`).
+commit) is re-checked before each retry (`recheck=`). `Backoff` is that schedule on its own,
+for the one retry that is not an admin request: the worker process that crashed
+(`ferry.kafka.isolated`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,34 @@ from ferry.kafka.failures import is_transient, needs_fresh_client, short_reason
 K = TypeVar("K")
 Submit = Callable[[object, list[K]], Mapping[K, concurrent.futures.Future]]
 Recheck = Callable[[dict[K, BaseException]], tuple[dict[K, object], dict[K, ClusterError]]]
+
+
+class Backoff:
+    """The one retry schedule: waits of 0.2 s doubling to 5 s, none of them past a deadline
+    (`retry_s` from now unless given: one budget can span several calls)."""
+
+    def __init__(self, retry_s: float, deadline: float | None = None) -> None:
+        self.retry_s = retry_s
+        self.deadline = time.monotonic() + retry_s if deadline is None else deadline
+        self.delay = 0.2
+
+    def fits(self) -> bool:
+        """Whether the next wait ends before the deadline."""
+        return time.monotonic() + self.delay <= self.deadline
+
+    def wait(self) -> bool:
+        """Sleep the next delay and return True, or return False at once when it would end
+        past the deadline (the budget is spent)."""
+        if not self.fits():
+            return False
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, 5.0)
+        return True
+
+    @property
+    def spent(self) -> str:
+        """How the budget is named in an error once it is spent."""
+        return f"retried for {self.retry_s:g}s"
 
 
 def failed_future(exc: BaseException) -> concurrent.futures.Future:
@@ -59,6 +89,7 @@ def retry_each(
     stop_on_fatal: bool = False,
     recheck: Recheck | None = None,
     gave_up: Callable[[K, str], ClusterError] | None = None,
+    deadline: float | None = None,
 ) -> tuple[dict[K, object], dict[K, ClusterError]]:
     """The one retry loop of every admin call: submit one bulk request for `keys` (`submit`
     gets the cluster's AdminClient and the keys, and returns a future per key), await every
@@ -77,14 +108,14 @@ def retry_each(
     (answers, errors) — for a request that must not be re-sent blindly (a commit that may
     have landed) or a failure that may be permanent; the keys it leaves out are sent again.
     `gave_up(key, reason)` makes the error of a key still failing when the budget runs out
-    (default: a ClusterError saying it was retried)."""
+    (default: a ClusterError saying it was retried). `deadline` (a `time.monotonic()` time)
+    ends the budget sooner: an operation made of several calls spends one budget."""
     results: dict[K, object] = {}
     errors: dict[K, ClusterError] = {}
     pending = list(keys)
-    deadline = time.monotonic() + cluster.retry_s
+    backoff = Backoff(cluster.retry_s, deadline)
     silence = cluster.timeout_s
     last_answer = time.monotonic()  # when the cluster last answered anything
-    delay = 0.2
     while pending:
         failures: dict[K, BaseException] = {}
         try:
@@ -94,7 +125,7 @@ def retry_each(
         # One wait for the whole round (the futures are in flight together), never past the
         # budget (or the silence allowed) by more than a moment.
         now = time.monotonic()
-        limit = min(deadline, last_answer + silence)
+        limit = min(backoff.deadline, last_answer + silence)
         round_end = now + min(cluster.attempt_s + 1, max(limit - now, 0.5))
         for key, future in futures.items():
             try:
@@ -117,10 +148,8 @@ def retry_each(
         if not failures:
             break
         stop = bool(fatal) and stop_on_fatal
-        is_silent = is_unanswered and time.monotonic() + delay > last_answer + silence
-        if not stop and not is_silent and time.monotonic() + delay <= deadline:
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        is_silent = is_unanswered and time.monotonic() + backoff.delay > last_answer + silence
+        if not stop and not is_silent and backoff.wait():
             if recheck is not None:
                 answered, settled = recheck(failures)
                 results.update(answered)
@@ -128,7 +157,7 @@ def retry_each(
                 failures = {
                     k: e for k, e in failures.items() if k not in answered and k not in settled
                 }
-            if time.monotonic() < deadline:
+            if time.monotonic() < backoff.deadline:
                 pending = list(failures)
                 continue
         if stop:
@@ -136,7 +165,7 @@ def retry_each(
         elif is_silent:
             spent = f" (no answer for {silence:g}s)"
         else:
-            spent = f" (retried for {cluster.retry_s:g}s)"
+            spent = f" ({backoff.spent})"
         for key, exc in failures.items():
             if gave_up is None or stop:
                 errors[key] = _failed(cluster, describe(key), exc, spent)
@@ -159,10 +188,11 @@ def gather(
     keys: Sequence[K],
     submit: Submit,
     recheck: Recheck | None = None,
+    deadline: float | None = None,
 ) -> dict[K, object]:
     """`retry_each` that raises the first failure (a non-transient one stops it at once)."""
     results, errors = retry_each(
-        cluster, describe, keys, submit, stop_on_fatal=True, recheck=recheck
+        cluster, describe, keys, submit, stop_on_fatal=True, recheck=recheck, deadline=deadline
     )
     if errors:
         raise next(iter(errors.values()))
@@ -175,23 +205,38 @@ def gather_into(
     keys: Sequence[K],
     submit: Submit,
     errors: dict[K, ClusterError] | None,
+    deadline: float | None = None,
 ) -> dict[K, object]:
     """`gather` without `errors`; with it, `retry_each` whose failures land in `errors`."""
     if errors is None:
-        return gather(cluster, describe, keys, submit)
-    results, failed = retry_each(cluster, describe, keys, submit)
+        return gather(cluster, describe, keys, submit, deadline=deadline)
+    results, failed = retry_each(cluster, describe, keys, submit, deadline=deadline)
     errors.update(failed)
     return results
 
 
-def gather_one(cluster: Cluster, what: str, submit: Callable[[object], concurrent.futures.Future]):  # noqa: ANN202
+def gather_one(
+    cluster: Cluster,
+    what: str,
+    submit: Callable[[object], concurrent.futures.Future],
+    deadline: float | None = None,
+):  # noqa: ANN202
     """`gather` for a request that is not per key."""
-    return gather(cluster, lambda _k: what, [None], lambda admin, _keys: {None: submit(admin)})[
-        None
-    ]
+    return gather(
+        cluster,
+        lambda _k: what,
+        [None],
+        lambda admin, _keys: {None: submit(admin)},
+        deadline=deadline,
+    )[None]
 
 
-def call_with_retries(cluster: Cluster, what: str, call: Callable[[object], object]):  # noqa: ANN202
+def call_with_retries(
+    cluster: Cluster,
+    what: str,
+    call: Callable[[object], object],
+    deadline: float | None = None,
+):  # noqa: ANN202
     """A blocking admin call (no future of its own), retried like `gather`."""
 
     def submit(admin):  # noqa: ANN001, ANN202
@@ -202,4 +247,4 @@ def call_with_retries(cluster: Cluster, what: str, call: Callable[[object], obje
             future.set_exception(exc)
         return future
 
-    return gather_one(cluster, what, submit)
+    return gather_one(cluster, what, submit, deadline)
