@@ -54,8 +54,10 @@ def timestamp_offsets(
     per_tp: dict[TopicPartitionKey, list[int]] = {}
     for t, p, ts in sorted(set(targets)):
         per_tp.setdefault((t, p), []).append(ts)
+    # To the protocol a negative timestamp is a spec (-1 latest, -2 earliest): a window's start
+    # before 1970 asks for the first record with any timestamp instead.
     specs = {
-        (t, p, f"timestamp#{i}"): OffsetSpec.for_timestamp(ts)
+        (t, p, f"timestamp#{i}"): OffsetSpec.for_timestamp(max(ts, 0))
         for (t, p), stamps in per_tp.items()
         for i, ts in enumerate(stamps)
     }
