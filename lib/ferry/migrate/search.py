@@ -57,7 +57,9 @@ SMALL_PARTITION = 1024  # offsets: a destination partition this small is read wh
 # Open slices whose windows hold at most this many offsets still unread are read to their
 # windows' edges at once (a second or so of one consumer), not fourfold per Spark step.
 LEFTOVER_OFFSETS = 100_000
-WINDOW_LOOKUPS = 4096  # open slices whose windows are looked up for that (two lookups each)
+# Their windows are looked up when no partition has more than this many of them: a lookup
+# takes a ListOffsets layer and a probe read per timestamp of a partition (two per slice).
+WINDOW_LOOKUPS_PER_PARTITION = 16
 
 SLICE_KEYS = ["dst_topic", "dst_partition", "anchor_timestamp_ms"]
 SLICES_SCHEMA = StructType(
@@ -272,11 +274,14 @@ def finish_leftovers(
     """When what the open slices' windows still hold is small (`LEFTOVER_OFFSETS`), widen
     their open sides to the windows' edges at once (closed once read, no Spark job to decide
     it): the last few positions take one read, not a step each. The offsets that will read,
-    or None (the slices widen step by step). Windows are looked up for at most
-    `WINDOW_LOOKUPS` open slices (else the log bounds stand in for them)."""
+    or None (the slices widen step by step). Windows are looked up only while no partition
+    has more than `WINDOW_LOOKUPS_PER_PARTITION` open slices (else the log bounds stand in)."""
     m = cfg.matching
     unknown = {key: s for key, s in open_slices.items() if s.window is None}
-    if unknown and len(open_slices) <= WINDOW_LOOKUPS:
+    per_tp: dict[TopicPartitionKey, int] = defaultdict(int)
+    for t, p, _ in open_slices:
+        per_tp[(t, p)] += 1
+    if unknown and max(per_tp.values()) <= WINDOW_LOOKUPS_PER_PARTITION:
         look_up_windows(dst, unknown, bounds, m.context, m.window_before_ms, m.window_after_ms)
     rest: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
     for (t, p, _), s in open_slices.items():
