@@ -9,7 +9,9 @@ fresh consumer after a dropped connection or a stall, and a failure only after
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.log_offsets import timestamp_offsets, watermarks
@@ -17,6 +19,7 @@ from ferry.kafka.reader import OffsetRange, RangeReader
 from ferry.keys import TopicPartitionKey
 
 Position = tuple[str, int, int]  # topic, partition, and an offset or a timestamp ms
+PROBE_READERS = 8  # consumers reading a lookup round's layers side by side
 
 
 def first_records_at(
@@ -34,14 +37,15 @@ def first_records_at(
 def first_records_after(
     cluster: Cluster,
     positions: Iterable[Position],
-    reader: RangeReader | None = None,
+    reader: RangeReader | Sequence[RangeReader] | None = None,
 ) -> dict[Position, tuple[int, int] | None]:
     """`first_records_at` for any number of offsets per partition, keyed by (topic,
-    partition, offset), with one reader: one read per layer (a partition's i-th offset in
-    the i-th read, every partition in each). One read of them all would read on through
-    the records between a partition's probes (the read loop's choice for ranges, whose
-    records are all wanted): 1,278 probes on 64 partitions of 10,000 records took 2-5x
-    longer so."""
+    partition, offset): one read per layer (a partition's i-th offset in the i-th read, every
+    partition in each), the layers shared out over `reader` (one or several, each read by a
+    thread of its own; a reader of its own when none). One read of them all would read on
+    through the records between a partition's probes (the read loop's choice for ranges,
+    whose records are all wanted): 1,278 probes on 64 partitions of 10,000 records took 2-5x
+    longer so; and a layer is a fetch round trip, so several readers overlap them."""
     wanted = set(positions)
     found: dict[Position, tuple[int, int] | None] = dict.fromkeys(wanted)
     if not wanted:
@@ -50,18 +54,30 @@ def first_records_after(
     for t, p, o in sorted(wanted):
         per_tp.setdefault((t, p), []).append(o)
     depth = max(len(offsets) for offsets in per_tp.values())
+    layers = [
+        [OffsetRange(t, p, o[i], o[i] + 1) for (t, p), o in per_tp.items() if i < len(o)]
+        for i in range(depth)
+    ]
     own = reader is None
-    reader = reader or RangeReader(cluster)
-    try:
-        for i in range(depth):
-            layer = [OffsetRange(t, p, o[i], o[i] + 1) for (t, p), o in per_tp.items()
-                     if i < len(o)]  # fmt: skip
-            for r, messages in reader.read(layer, to_next_record=True):
+    readers = [RangeReader(cluster)] if reader is None else (
+        [reader] if isinstance(reader, RangeReader) else list(reader))  # fmt: skip
+
+    def read_share(n: int) -> None:
+        for layer in layers[n :: len(readers)]:
+            for r, messages in readers[n].read(layer, to_next_record=True):
                 msg = messages[0]
                 found[(r.topic, r.partition, r.start)] = (msg.offset(), msg.timestamp()[1])
+
+    try:
+        if len(readers) == 1 or depth == 1:
+            read_share(0)
+        else:
+            with ThreadPoolExecutor(max_workers=len(readers)) as pool:
+                for done in [pool.submit(read_share, n) for n in range(len(readers))]:
+                    done.result()  # a failed read raises here
     finally:
         if own:
-            reader.close()
+            readers[0].close()
     return found
 
 
@@ -126,7 +142,8 @@ def offsets_for_many_timestamps(
     bisect_next: set[Position] = set()
     # what the probe that last set hi found: the first record at or after hi, or None
     at_hi: dict[Position, tuple[int, int] | None] = {}
-    reader = RangeReader(cluster)
+    depth = max(Counter(key[:2] for key in keys).values())
+    readers = [RangeReader(cluster) for _ in range(min(PROBE_READERS, depth))]
     try:
         # Invariant: records before lo[key] are older than the target; the first record at or
         # after hi[key] is at least as new as the target, or there is none.
@@ -155,7 +172,7 @@ def offsets_for_many_timestamps(
             widths = {k: hi[k] - lo[k] for k in probes}
             rounds += 1
             seen = first_records_after(cluster, {(t, p, o) for (t, p, _), o in probes.items()},
-                                       reader)  # fmt: skip
+                                       readers)  # fmt: skip
             for key, mid in probes.items():
                 record = seen.get((key[0], key[1], mid))
                 if record is None or record[1] >= key[2]:
@@ -177,10 +194,11 @@ def offsets_for_many_timestamps(
         confirm = first_records_after(
             cluster,
             {(k[0], k[1], lo[k]) for k in unsure if lo[k] < bounds[k[:2]][1]},
-            reader,
+            readers,
         )
     finally:
-        reader.close()
+        for reader in readers:
+            reader.close()
     result: dict[Position, int | None] = {}
     for key in keys:
         record = confirm.get((key[0], key[1], lo[key])) if key in unsure else at_hi[key]

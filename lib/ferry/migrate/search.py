@@ -274,23 +274,30 @@ def finish_leftovers(
     """When what the open slices' windows still hold is small (`LEFTOVER_OFFSETS`), widen
     their open sides to the windows' edges at once (closed once read, no Spark job to decide
     it): the last few positions take one read, not a step each. The offsets that will read,
-    or None (the slices widen step by step). Windows are looked up only while no partition
-    has more than `WINDOW_LOOKUPS_PER_PARTITION` open slices (else the log bounds stand in)."""
+    or None (the slices widen step by step). When the rest of their partitions is that small
+    already, no window is looked up (reading past a window changes no outcome: candidates
+    are taken by timestamp); else windows are looked up while no partition has more than
+    `WINDOW_LOOKUPS_PER_PARTITION` open slices."""
     m = cfg.matching
+
+    def unread() -> int:
+        rest: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
+        for (t, p, _), s in open_slices.items():
+            lo, hi = s.edges()
+            if not s.is_left_closed:
+                rest[(t, p)].append((lo, s.position))
+            if not s.is_right_closed:
+                rest[(t, p)].append((s.position, hi))
+        return book.unread(rest)
+
+    n = unread()  # to the windows' edges where known, else to the log's
     unknown = {key: s for key, s in open_slices.items() if s.window is None}
     per_tp: dict[TopicPartitionKey, int] = defaultdict(int)
     for t, p, _ in open_slices:
         per_tp[(t, p)] += 1
-    if unknown and max(per_tp.values()) <= WINDOW_LOOKUPS_PER_PARTITION:
+    if n > LEFTOVER_OFFSETS and unknown and max(per_tp.values()) <= WINDOW_LOOKUPS_PER_PARTITION:
         look_up_windows(dst, unknown, bounds, m.context, m.window_before_ms, m.window_after_ms)
-    rest: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
-    for (t, p, _), s in open_slices.items():
-        lo, hi = s.edges()
-        if not s.is_left_closed:
-            rest[(t, p)].append((lo, s.position))
-        if not s.is_right_closed:
-            rest[(t, p)].append((s.position, hi))
-    n = book.unread(rest)
+        n = unread()
     if n > LEFTOVER_OFFSETS:
         return None
     for s in open_slices.values():
