@@ -161,3 +161,20 @@ def test_the_book_counts_what_it_has_not_read():
     book.new_ranges({("t", 0): [(10, 20), (30, 40)]})
     assert book.unread({("t", 0): [(0, 50), (15, 35)], ("t", 1): [(0, 5)]}) == 30 + 5
     assert book.read == {("t", 0): [(10, 20), (30, 40)]}  # counting records nothing
+
+
+def test_each_slice_gets_its_own_window_and_never_less_than_it_covers(monkeypatch):
+    """`look_up_windows` asks for every slice's window [ts - before, ts + after + 1) and hands
+    each slice the extent answered for it (the lookups themselves: tests/integration)."""
+    asked = {}
+
+    def extents(_dst, windows, _bounds, _k):
+        asked.update(windows)
+        return {tp: [(lo // 1000, hi // 1000) for lo, hi in ws] for tp, ws in windows.items()}
+
+    monkeypatch.setattr(search, "window_extents", extents)
+    a = search.AnchorSlice(position=100, log_start=0, log_end=10**6, before=0, after=64)
+    b = search.AnchorSlice(position=500, log_start=0, log_end=10**6, before=0, after=64)
+    search.look_up_windows(None, {("t", 0, 900_000): b, ("t", 0, 200_000): a}, {}, K, 50, 70)
+    assert asked == {("t", 0): [(199_950, 200_071), (899_950, 900_071)]}
+    assert a.window == (97, 200) and b.window == (497, 900)  # a's own reach: from 97
