@@ -103,12 +103,13 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def run_job(args: list[str], out: Path) -> tuple[int, float, float, str]:
-    """(exit code, seconds, peak MiB, stderr tail) of one `./spark-submit.sh` run."""
+def run_job(args: list[str], out: Path, root: Path = ROOT) -> tuple[int, float, float, str]:
+    """(exit code, seconds, peak MiB, stderr tail) of one `./spark-submit.sh` run (of the
+    checkout at `root`: another one's code can be timed on the same world)."""
     t0 = time.monotonic()
     with out.open("w") as fh:
         proc = subprocess.Popen(
-            [str(ROOT / "spark-submit.sh"), *args], stdout=fh, stderr=subprocess.PIPE, text=True
+            [str(root / "spark-submit.sh"), *args], stdout=fh, stderr=subprocess.PIPE, text=True
         )
         peak = [0]
 
@@ -126,10 +127,21 @@ def run_job(args: list[str], out: Path) -> tuple[int, float, float, str]:
     return proc.returncode, time.monotonic() - t0, peak[0] / 2**20, tail
 
 
-def raw_floor(src: Cluster, dst: Cluster, prefix: str, states: str = "describe") -> float:
+def raw_floor(
+    src: Cluster,
+    dst: Cluster,
+    prefix: str,
+    states: str = "describe",
+    topics: dict[str, int] | None = None,
+    records: int = RECORDS,
+    read_destination: bool = False,
+) -> float:
     """Seconds a plain confluent-kafka program takes to gather what migrate needs. `states`:
     "describe" (each group described, as the issue's floor) or "listing" (the states the
-    group listing carries, as Ferry takes them)."""
+    group listing carries, as Ferry takes them). `topics` (name: partitions; default this
+    bench's) hold `records` records per source partition; `read_destination`: every record of
+    the destination is read once too (other benches' floors)."""
+    topics = topics or dict.fromkeys(TOPICS, PARTITIONS)
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
@@ -148,18 +160,19 @@ def raw_floor(src: Cluster, dst: Cluster, prefix: str, states: str = "describe")
         ]
         for f in futures:
             f.result()
-        tps = {TopicPartition(t, p): OffsetSpec.latest() for t in TOPICS for p in range(32)}
+        tps = {
+            TopicPartition(t, p): OffsetSpec.latest() for t, n in topics.items() for p in range(n)
+        }
         for f in admin.list_offsets(tps).values():
             f.result()
 
-    with ThreadPoolExecutor(2) as pool:
-        done = [pool.submit(side, src), pool.submit(side, dst)]
+    def read_all(cluster: Cluster) -> int:
         from confluent_kafka import Consumer
 
-        consumer = Consumer({**src.conf, "group.id": "floor", "enable.auto.commit": False,
+        consumer = Consumer({**cluster.conf, "group.id": "floor", "enable.auto.commit": False,
                              "enable.partition.eof": True})  # fmt: skip
-        consumer.assign([TopicPartition(t, p, 0) for t in TOPICS for p in range(PARTITIONS)])
-        left, n = len(TOPICS) * PARTITIONS, 0
+        consumer.assign([TopicPartition(t, p, 0) for t, n in topics.items() for p in range(n)])
+        left, n = sum(topics.values()), 0
         while left:
             for m in consumer.consume(10_000, 1.0):
                 if m.error() is None:
@@ -167,20 +180,27 @@ def raw_floor(src: Cluster, dst: Cluster, prefix: str, states: str = "describe")
                 elif m.error().code() == -191:  # _PARTITION_EOF
                     left -= 1
         consumer.close()
+        return n
+
+    with ThreadPoolExecutor(3) as pool:
+        done = [pool.submit(side, src), pool.submit(side, dst)]
+        if read_destination:
+            done.append(pool.submit(read_all, dst))
+        n = read_all(src)
         for f in done:
             f.result()
-    assert n == len(TOPICS) * PARTITIONS * RECORDS, n
+    assert n == sum(topics.values()) * records, n
     return time.monotonic() - t0
 
 
-def best_floor(src: Cluster, dst: Cluster, prefix: str, states: str) -> float:
+def best_floor(src: Cluster, dst: Cluster, prefix: str, states: str, **kwargs: object) -> float:
     """The faster of two `raw_floor` runs that finish: a floor is the least the client needs.
     A run can fail: a burst of 10,000 describes is sometimes left unanswered past the client's
     timeout (docs/kafka.md); such a run is taken again, up to four runs in all."""
     times: list[float] = []
     for _ in range(4):
         try:
-            times.append(raw_floor(src, dst, prefix, states))
+            times.append(raw_floor(src, dst, prefix, states, **kwargs))  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - the floor's own client failing
             print(f"floor ({states}) run failed, taken again: {exc}", file=sys.stderr)
         if len(times) == 2:
@@ -219,8 +239,10 @@ def write_floor(dst: Cluster, groups: dict[str, Offsets]) -> float:
     return seconds
 
 
-def check_plan(path: Path, groups: dict[str, Offsets], status: str) -> int:
-    """Groups whose every row has `status` and the exact offset."""
+def check_plan(
+    path: Path, groups: dict[str, Offsets], status: str, shift: int = REPLICATED_FROM
+) -> int:
+    """Groups whose every row has `status` and the exact offset (the source's - `shift`)."""
     rows = json.loads(path.read_text())
     got: dict[str, Offsets] = {}
     bad = set()
@@ -230,7 +252,7 @@ def check_plan(path: Path, groups: dict[str, Offsets], status: str) -> int:
         ]
         if r["group_status"] != status:
             bad.add(r["group"])
-    want = {g: {tp: o - REPLICATED_FROM for tp, o in offs.items()} for g, offs in groups.items()}
+    want = {g: {tp: o - shift for tp, o in offs.items()} for g, offs in groups.items()}
     return sum(1 for g in groups if g not in bad and got.get(g) == want[g])
 
 

@@ -48,6 +48,26 @@ def test_offsets_for_timestamps_finds_the_first_record_at_least_as_new(cluster, 
         assert kafka.offsets_for_timestamps(c, targets) == expected, probe_round
 
 
+def test_many_timestamps_of_each_partition_are_looked_up_at_once(cluster, unique):
+    """Every target of every partition in one lockstep lookup (one ListOffsets per layer, one
+    read per round): each answer is the first record at least as new, as one at a time."""
+    layout = stamps()
+    topics = {f"{unique}-many-{name}": ts for name, ts in layout.items()}
+    create_topics(cluster.config, {t: 1 for t in topics})
+    targets, expected = {}, {}
+    for topic, ts in topics.items():
+        offsets = produce(
+            cluster.config, topic, 0, [Record(b"k", f"{i}".encode(), t) for i, t in enumerate(ts)]
+        )
+        picks = {ts[0] - 5, ts[0], ts[-1], ts[-1] + 1, *(ts[j * 37] + j % 3 for j in range(16))}
+        targets[(topic, 0)] = picks
+        for target in picks:
+            first = next((i for i, t in enumerate(ts) if t >= target), None)
+            expected[(topic, 0, target)] = None if first is None else offsets[first]
+    c = Cluster("probe", cluster.config)
+    assert kafka.offsets_for_many_timestamps(c, targets) == expected
+
+
 def test_probes_read_at_the_reader_isolation_level(cluster, unique):
     """A record of a transaction still open lies past the last stable offset: a read_committed
     probe does not see it, a read_uncommitted one does (`reader.isolation_level`)."""

@@ -3,8 +3,10 @@ is closed, and which candidates count (no brokers)."""
 
 from __future__ import annotations
 
+from ferry.config import FerryConfig
 from ferry.migrate import matching, search
 from ferry.migrate.plan import POSITIONS_SCHEMA
+from ferry.migrate.ranges import RangeBook
 
 from .test_matching import T0, records
 
@@ -91,11 +93,11 @@ def test_closed_sides_need_k_plus_one_records_outside_the_window(spark):
 def test_slice_bounds_grow_and_close_at_the_log():
     s = search.AnchorSlice(position=100, log_start=90, log_end=1000, before=0, after=64)
     assert s.bounds(K) == (97, 167)
-    s.close_at_log_bounds(K)
+    s.close_at_edges(K)
     assert (s.is_left_closed, s.is_right_closed, s.is_open) == (False, False, True)
     s.before = 64
     assert s.bounds(K)[0] == 90
-    s.close_at_log_bounds(K)
+    s.close_at_edges(K)
     assert s.is_left_closed and s.is_open
     whole = search._first_slice(5, 0, 600, K, whole=True)
     assert whole.bounds(K) == (0, 600) and not whole.is_open
@@ -115,3 +117,64 @@ def test_partitions_read_whole_are_the_small_and_the_densely_anchored():
     bounds = {("small", 0): (0, search.SMALL_PARTITION), ("t", 0): (0, size), ("t", 1): (0, size)}
     positions = at(("small", 0), 1) + at(("t", 0), dense) + at(("t", 1), dense - 1)
     assert search._read_whole(positions, bounds, K) == {("small", 0), ("t", 0)}
+
+
+def test_a_slice_never_reads_past_its_window_and_closes_at_it():
+    """Once its window's offsets are known (a full read's), a slice is clamped to them and a
+    side that reaches them is closed, as a full read of the window would be."""
+    s = search.AnchorSlice(position=500, log_start=0, log_end=10_000, before=0, after=64)
+    s.window = (400, 700)
+    s.before, s.after = 1024, 1024
+    assert s.bounds(K) == (400, 700)
+    s.close_at_edges(K)
+    assert not s.is_open
+
+
+def test_leftovers_are_read_to_their_windows_edges_at_once():
+    """The open slices' unread windows are small: both open sides jump to the edges in one
+    step; a closed side stays where it is. Too much left: they widen step by step."""
+    book = RangeBook()
+    book.new_ranges({("t", 0): [(480, 600)], ("t", 1): [(4_000, 4_200)]})
+    small = search.AnchorSlice(position=500, log_start=0, log_end=10_000, before=0, after=64)
+    small.window = (100, 900)
+    half = search.AnchorSlice(position=4_100, log_start=0, log_end=10_000, before=0, after=64)
+    half.window = (3_000, 5_000)
+    half.is_right_closed = True
+    cfg = FerryConfig()
+    n = search.finish_leftovers(None, {("t", 0, 1): small, ("t", 1, 2): half}, {}, book, cfg)
+    assert n == (800 - 120) + (1_100 - 100)
+    assert small.bounds(K) == (100, 900) and half.bounds(K)[0] == 3_000
+    assert half.bounds(K)[1] < 5_000  # closed: not widened
+    small.close_at_edges(K)
+    half.close_at_edges(K)
+    assert not small.is_open and not half.is_open
+
+    big = search.AnchorSlice(position=5_000, log_start=0, log_end=10**7, before=0, after=64)
+    big.window = (0, 10**7)
+    before = big.bounds(K)
+    assert search.finish_leftovers(None, {("t", 2, 3): big}, {}, book, cfg) is None
+    assert big.bounds(K) == before
+
+
+def test_the_book_counts_what_it_has_not_read():
+    book = RangeBook()
+    book.new_ranges({("t", 0): [(10, 20), (30, 40)]})
+    assert book.unread({("t", 0): [(0, 50), (15, 35)], ("t", 1): [(0, 5)]}) == 30 + 5
+    assert book.read == {("t", 0): [(10, 20), (30, 40)]}  # counting records nothing
+
+
+def test_each_slice_gets_its_own_window_and_never_less_than_it_covers(monkeypatch):
+    """`look_up_windows` asks for every slice's window [ts - before, ts + after + 1) and hands
+    each slice the extent answered for it (the lookups themselves: tests/integration)."""
+    asked = {}
+
+    def extents(_dst, windows, _bounds, _k):
+        asked.update(windows)
+        return {tp: [(lo // 1000, hi // 1000) for lo, hi in ws] for tp, ws in windows.items()}
+
+    monkeypatch.setattr(search, "window_extents", extents)
+    a = search.AnchorSlice(position=100, log_start=0, log_end=10**6, before=0, after=64)
+    b = search.AnchorSlice(position=500, log_start=0, log_end=10**6, before=0, after=64)
+    search.look_up_windows(None, {("t", 0, 900_000): b, ("t", 0, 200_000): a}, {}, K, 50, 70)
+    assert asked == {("t", 0): [(199_950, 200_071), (899_950, 900_071)]}
+    assert a.window == (97, 200) and b.window == (497, 900)  # a's own reach: from 97

@@ -46,8 +46,10 @@ _HOMES = {
     "list_groups": "ferry.kafka.groups",
     "list_offsets": "ferry.kafka.log_offsets",
     "list_topics": "ferry.kafka.metadata",
+    "offsets_for_many_timestamps": "ferry.kafka.probes",
     "offsets_for_timestamps": "ferry.kafka.probes",
     "read": "ferry.kafka.records",
+    "read_with_offsets": "ferry.kafka.records",
     "watermarks": "ferry.kafka.log_offsets",
 }
 __all__ = sorted(_HOMES)

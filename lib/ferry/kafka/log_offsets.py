@@ -1,6 +1,9 @@
 """Partition log offsets: log start and log end (`watermarks`), or the offset any ListOffsets
 spec answers (a timestamp lookup), for many partitions in bulk requests retried as one
-operation (`ferry.kafka.retry`)."""
+operation (`ferry.kafka.retry`).
+
+A ListOffsets request carries one spec per partition, so N timestamps of one partition take N
+requests (`timestamp_offsets`: one per broker per layer, every layer in flight at once)."""
 
 from __future__ import annotations
 
@@ -39,6 +42,33 @@ def list_offsets(
     return {(t, p): offset for (t, p, _label), offset in answers.items()}
 
 
+def timestamp_offsets(
+    cluster: Cluster, targets: Iterable[tuple[str, int, int]]
+) -> dict[tuple[str, int, int], int]:
+    """The broker's answer (first offset whose record or marker is at least as new; -1 when
+    none is) for each (topic, partition, timestamp ms). A partition's i-th distinct timestamp
+    goes in the i-th request (a layer: every partition in it, one request per broker); all
+    layers are in flight together and retried as one operation."""
+    from confluent_kafka.admin import OffsetSpec
+
+    per_tp: dict[TopicPartitionKey, list[int]] = {}
+    for t, p, ts in sorted(set(targets)):
+        per_tp.setdefault((t, p), []).append(ts)
+    # To the protocol a negative timestamp is a spec (-1 latest, -2 earliest): a window's start
+    # before 1970 asks for the first record with any timestamp instead.
+    specs = {
+        (t, p, f"timestamp#{i}"): OffsetSpec.for_timestamp(max(ts, 0))
+        for (t, p), stamps in per_tp.items()
+        for i, ts in enumerate(stamps)
+    }
+    answers = _list_offsets(cluster, specs)
+    return {
+        (t, p, ts): answers[(t, p, f"timestamp#{i}")]
+        for (t, p), stamps in per_tp.items()
+        for i, ts in enumerate(stamps)
+    }
+
+
 def _list_offsets(
     cluster: Cluster, specs: Mapping[tuple[str, int, str], object]
 ) -> dict[tuple[str, int, str], int]:
@@ -48,8 +78,11 @@ def _list_offsets(
 
     def submit(admin, keys):  # noqa: ANN001, ANN202
         futures = {}
-        for label in sorted({k[2] for k in keys}):
-            asked = {TopicPartition(t, p): specs[(t, p, lb)] for t, p, lb in keys if lb == label}
+        by_label: dict[str, list[tuple[str, int, str]]] = {}
+        for key in keys:
+            by_label.setdefault(key[2], []).append(key)
+        for label, labelled in sorted(by_label.items()):
+            asked = {TopicPartition(t, p): specs[(t, p, label)] for t, p, _ in labelled}
             answers = admin.list_offsets(asked, request_timeout=cluster.attempt_s)
             futures.update(
                 {
@@ -60,7 +93,7 @@ def _list_offsets(
         return futures
 
     def describe(key: tuple[str, int, str]) -> str:
-        return f"list {key[2]} offsets of {key[0]}[{key[1]}]"
+        return f"list {key[2].split('#')[0]} offsets of {key[0]}[{key[1]}]"  # no layer number
 
     def recheck(failures: dict[tuple[str, int, str], BaseException]) -> tuple[dict, dict]:
         # A leader lookup that failed may be a partition that does not exist: not worth

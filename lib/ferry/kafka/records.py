@@ -50,6 +50,39 @@ def read(
     relation), so it costs nothing more. `spark` may be a callable giving the session (e.g.
     one starting in the background): a driver read asks for it only once Kafka has been read.
     """
+    return _read(
+        spark, cluster, ranges, columns, hash_fields, ignore_headers, to_next_record, keep
+    )[0]
+
+
+def read_with_offsets(
+    spark: SparkOrLater,
+    cluster: Cluster,
+    ranges: Sequence[OffsetRange],
+    *,
+    columns: Sequence[str] = (),
+    hash_fields: Sequence[str] = (),
+    ignore_headers: Sequence[str] = (),
+):  # noqa: ANN201 - pyarrow imported lazily
+    """`read(..., keep=True)` (`columns` holding topic, partition and offset), and the
+    (topic, partition, offset) of every record it holds as
+    an Arrow table on the driver: a driver read's own columns (no Spark job, no rows), a Spark
+    read's through `toArrow` (no Row objects: 380,000 offsets took 5 s as rows, 0.9 s so)."""
+    df, table = _read(spark, cluster, ranges, columns, hash_fields, ignore_headers, False, True)
+    wanted = ["topic", "partition", "offset"]
+    return df, (table.select(wanted) if table is not None else df.select(*wanted).toArrow())
+
+
+def _read(
+    spark: SparkOrLater,
+    cluster: Cluster,
+    ranges: Sequence[OffsetRange],
+    columns: Sequence[str],
+    hash_fields: Sequence[str],
+    ignore_headers: Sequence[str],
+    to_next_record: bool,
+    keep: bool,
+):  # noqa: ANN202 - (DataFrame, the driver read's Arrow table or None)
     schema = output_schema(columns, bool(hash_fields))
     if cluster.reads_on_driver(total_offsets(ranges)):
         table = read_table(
@@ -61,7 +94,7 @@ def read(
             to_next_record=to_next_record,
         )
         session = spark() if callable(spark) else spark
-        return session.createDataFrame(table, schema)
+        return session.createDataFrame(table, schema), table
     session = spark() if callable(spark) else spark
     df = read_with_spark(
         session,
@@ -75,7 +108,7 @@ def read(
     if keep:
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
         df.count()
-    return df
+    return df, None
 
 
 def read_table(

@@ -68,21 +68,29 @@ def read_records(
     """Read ranges now, once: every later stage reuses these rows. Small reads run on the
     driver, large ones through Spark (`ferry.kafka.read`); the cluster carries the reader
     settings."""
-    return kafka.read(
+    return read_records_and_offsets(spark, cluster, ranges, cfg)[0]
+
+
+def read_records_and_offsets(
+    spark: SparkSession, cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig
+):  # noqa: ANN201 - (DataFrame, Arrow table of topic, partition, offset)
+    """`read_records`, and the offsets of the records read, on the driver as Arrow."""
+    df, offsets = kafka.read_with_offsets(
         spark,
         cluster,
         ranges,
         columns=["topic", "partition", "offset", "timestamp"],
         hash_fields=cfg.matching.hash,
         ignore_headers=cfg.matching.ignore_headers,
-        keep=True,
-    ).select(
+    )
+    records_df = df.select(
         "topic",
         "partition",
         "offset",
         F.unix_millis("timestamp").alias("timestamp_ms"),
         "sha256",
     )
+    return records_df, offsets
 
 
 def with_segments(records_df: DataFrame, segments_df: DataFrame) -> DataFrame:
@@ -128,18 +136,39 @@ def extract_source_records(
         if ranges:
             n = sum(r.end - r.start for r in ranges)
             progress(f"source: reading {len(ranges)} ranges ({n} offsets), round {round_no + 1}")
-            parts.append(read_records(spark, src, ranges, cfg))
-            # Offsets only, to the driver: from a driver read (a local relation) this runs no
-            # Spark job at all, where counting them against the committed offsets in Spark
-            # was the small run's first job.
-            for r in parts[-1].select("topic", "partition", "offset").collect():
-                read[(r.topic, r.partition)].append(r.offset)
+            records_df, offsets = read_records_and_offsets(spark, src, ranges, cfg)
+            parts.append(records_df)
+            # Offsets only, on the driver as Arrow: a driver read's own (no Spark job, where
+            # counting them against the committed offsets in Spark was the small run's first
+            # job), and no Row per record.
+            for (topic, partition), found in offsets_by_partition(offsets).items():
+                read[(topic, partition)].extend(found)
         short = short_of_context(read, pending, disc.source_bounds, k, lookback)
         if not short:
             break
         pending = short
         lookback *= 4
     return with_segments(union_records(spark, parts), book.segments_df(spark))
+
+
+def collect_rows(df: DataFrame) -> list[dict]:
+    """A DataFrame's rows on the driver as dicts, through Arrow: a Row object per row costs
+    several times more (60,000 positions' matching rows)."""
+    return df.toArrow().to_pylist()
+
+
+def offsets_by_partition(table) -> dict[TopicPartitionKey, list[int]]:  # noqa: ANN001
+    """An Arrow table's (topic, partition, offset) rows as offsets per partition."""
+    grouped = table.group_by(["topic", "partition"]).aggregate([("offset", "list")])
+    return {
+        (t, p): offsets
+        for t, p, offsets in zip(
+            grouped.column("topic").to_pylist(),
+            grouped.column("partition").to_pylist(),
+            grouped.column("offset_list").to_pylist(),
+            strict=True,
+        )
+    }
 
 
 def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
@@ -188,24 +217,34 @@ def window_offsets(
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
     k: int,
 ) -> dict[TopicPartitionKey, list[tuple[int, int]]]:
-    """Offset intervals to read for each window: from k+1 records before its first record to
-    k+1 after its last (for context), found by verified timestamp lookups."""
-    out: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
-    depth = max((len(w) for w in windows.values()), default=0)
-    for i in range(depth):
-        layer = {tp: ws[i] for tp, ws in windows.items() if i < len(ws)}
-        starts = kafka.offsets_for_timestamps(
-            dst, {tp: lo for tp, (lo, _) in layer.items()}, bounds
-        )
-        ends = kafka.offsets_for_timestamps(
-            dst, {tp: hi for tp, (_, hi) in layer.items()}, bounds
-        )
-        for tp in layer:
-            log_start, log_end = bounds[tp]
-            first = starts[tp] if starts[tp] is not None else log_end
-            after = ends[tp] if ends[tp] is not None else log_end
-            out[tp].append((max(log_start, first - 2 * (k + 1)), min(log_end, after + k + 1)))
-    return {tp: merge_intervals(ivs) for tp, ivs in out.items()}
+    """Offset intervals to read for the windows, merged (`window_extents`)."""
+    extents = window_extents(dst, windows, bounds, k)
+    return {tp: merge_intervals(ivs) for tp, ivs in extents.items()}
+
+
+def window_extents(
+    dst: Cluster,
+    windows: Mapping[TopicPartitionKey, Sequence[tuple[int, int]]],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    k: int,
+) -> dict[TopicPartitionKey, list[tuple[int, int]]]:
+    """The offsets to read for each timestamp window [lo, hi), in the order given: from
+    2(k+1) records before its first record to k+1 after its last (for context), found by
+    verified timestamp lookups, every window's both ends at once."""
+    targets = {tp: {t for w in ws for t in w} for tp, ws in windows.items()}
+    found = kafka.offsets_for_many_timestamps(dst, targets, bounds)
+    out: dict[TopicPartitionKey, list[tuple[int, int]]] = {}
+    for (t, p), ws in windows.items():
+        log_start, log_end = bounds[(t, p)]
+        out[(t, p)] = []
+        for lo, hi in ws:
+            first, after = (found[(t, p, x)] for x in (lo, hi))
+            first = log_end if first is None else first
+            after = log_end if after is None else after
+            out[(t, p)].append(
+                (max(log_start, first - 2 * (k + 1)), min(log_end, after + k + 1))
+            )
+    return out
 
 
 def destination_last_timestamps(

@@ -20,6 +20,7 @@ from ferry.migrate import matching, search
 from ferry.migrate.discover import Discovery, discover, exact_partitions
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
+    collect_rows,
     destination_last_timestamps,
     destination_windows,
     extract_source_records,
@@ -144,8 +145,7 @@ def match_positions(
     ).select(*matching.POSITION_COLUMNS)
     progress("matching anchors to destination records")
     out = {}
-    for r in resolved_df.collect():  # one row per position
-        row = r.asDict()
+    for row in collect_rows(resolved_df):  # one row per position
         out[(row["src_topic"], row["src_partition"], row["committed_offset"])] = row
     anchors_df.unpersist()
     return out
@@ -154,13 +154,11 @@ def match_positions(
 def _read_windows(spark, dst, anchors_df, dst_bounds, cfg, progress):  # noqa: ANN001, ANN202
     """`matching.search: full`: every anchor's whole timestamp window, read at once."""
     k = cfg.matching.context
-    anchors = [
-        a.asDict()
-        for a in anchors_df.filter(F.col("anchor_kind") != "none")
+    anchors = collect_rows(
+        anchors_df.filter(F.col("anchor_kind") != "none")
         .select("dst_topic", "dst_partition", "anchor_timestamp_ms")
         .distinct()
-        .collect()
-    ]
+    )
     windows = destination_windows(
         anchors, cfg.matching.window_before_ms, cfg.matching.window_after_ms
     )

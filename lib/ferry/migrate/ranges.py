@@ -78,6 +78,16 @@ class RangeBook:
             self.read[key] = merge_intervals(self.read.get(key, []) + [(r.start, r.end)])
         return out
 
+    def unread(self, needs: Mapping[TopicPartitionKey, list[tuple[int, int]]]) -> int:
+        """How many offsets of `needs` have not been read (nothing is recorded)."""
+        have = self.read
+        return sum(
+            pe - ps
+            for tp, intervals in needs.items()
+            for s, e in merge_intervals(intervals)
+            for ps, pe in subtract_intervals((s, e), have.get(tp, []))
+        )
+
     def segments_df(self, spark: SparkSession) -> DataFrame:
         """The intervals read, one row per (topic, partition, seg_start, seg_end); Spark is
         imported here, not at the top, so the book stays importable without it."""

@@ -33,10 +33,8 @@ other groups happened to be in the same run.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -48,15 +46,20 @@ from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
 from ferry.migrate import matching
-from ferry.migrate.extract import union_records, with_segments
+from ferry.migrate.extract import collect_rows, union_records, window_extents, with_segments
 from ferry.migrate.ranges import RangeBook
 from ferry.session import local_df
 
 FIRST_RADIUS = 64  # offsets read after P at the first step: a busy millisecond and then some
 GROWTH = 4  # an open side of an undecided slice grows this many times per step
 MAX_STEPS = 24
-LOOKUP_THREADS = 8  # timestamp lookups of one partition's distinct anchor times, side by side
 SMALL_PARTITION = 1024  # offsets: a destination partition this small is read whole at once
+# Open slices whose windows hold at most this many offsets still unread are read to their
+# windows' edges at once (a second or so of one consumer), not fourfold per Spark step.
+LEFTOVER_OFFSETS = 100_000
+# Their windows are looked up when no partition has more than this many of them: a lookup
+# takes a ListOffsets layer and a probe read per timestamp of a partition (two per slice).
+WINDOW_LOOKUPS_PER_PARTITION = 16
 
 SLICE_KEYS = ["dst_topic", "dst_partition", "anchor_timestamp_ms"]
 SLICES_SCHEMA = StructType(
@@ -91,16 +94,35 @@ class AnchorSlice:
     is_right_closed: bool = False
     is_decided: bool = False
     read_bounds: tuple[int, int] | None = None  # what has been read for it so far
+    # The offsets a full read of the anchor's window reads (`extract.window_offsets`), once
+    # looked up: a slice never reads past them, and a side that reaches them is closed.
+    window: tuple[int, int] | None = None
+
+    def edges(self) -> tuple[int, int]:
+        """The most a slice may read: its window's offsets when known, else the log."""
+        if self.window is None:
+            return self.log_start, self.log_end
+        return max(self.log_start, self.window[0]), min(self.log_end, self.window[1])
 
     def bounds(self, k: int) -> tuple[int, int]:
-        start = max(self.log_start, self.position - (k + 1) - self.before)
-        end = min(self.log_end, self.position + (k + 1) + self.after)
+        lo, hi = self.edges()
+        start = max(lo, self.position - (k + 1) - self.before)
+        end = min(hi, self.position + (k + 1) + self.after)
         return start, max(start, end)
 
-    def close_at_log_bounds(self, k: int) -> None:
+    def close_at_edges(self, k: int) -> None:
         start, end = self.bounds(k)
-        self.is_left_closed = self.is_left_closed or start <= self.log_start
-        self.is_right_closed = self.is_right_closed or end >= self.log_end
+        lo, hi = self.edges()
+        self.is_left_closed = self.is_left_closed or start <= lo
+        self.is_right_closed = self.is_right_closed or end >= hi
+
+    def reach_edges(self) -> None:
+        """Read the rest of the window (or log) at once: each open side to its edge."""
+        lo, hi = self.edges()
+        if not self.is_left_closed:
+            self.before = max(self.before, self.position - lo)
+        if not self.is_right_closed:
+            self.after = max(self.after, hi - self.position)
 
     @property
     def is_open(self) -> bool:
@@ -209,27 +231,78 @@ def anchor_positions(
     positions: Sequence[Mapping],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
 ) -> dict[tuple[str, int, int], int]:
-    """P for each (dst_topic, dst_partition, anchor_timestamp_ms): verified timestamp lookups.
-
-    A consumer reads one position per partition at a time, so the distinct timestamps of a
-    partition form layers; the layers are looked up side by side (LOOKUP_THREADS), each with
-    clients of its own."""
+    """P for each (dst_topic, dst_partition, anchor_timestamp_ms): verified timestamp lookups,
+    all of them in lockstep (`kafka.offsets_for_many_timestamps`)."""
     per_tp: dict[TopicPartitionKey, list[int]] = defaultdict(list)
     for p in positions:
         per_tp[(p["dst_topic"], p["dst_partition"])].append(p["anchor_timestamp_ms"])
-    depth = max((len(ts) for ts in per_tp.values()), default=0)
-    layers = [{tp: ts[i] for tp, ts in per_tp.items() if i < len(ts)} for i in range(depth)]
+    found = kafka.offsets_for_many_timestamps(dst, per_tp, bounds)
+    return {key: bounds[key[:2]][1] if at is None else at for key, at in found.items()}
 
-    def look_up(layer: dict[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
-        return kafka.offsets_for_timestamps(dataclasses.replace(dst), layer, bounds)
 
-    out: dict[tuple[str, int, int], int] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(LOOKUP_THREADS, depth))) as pool:
-        for layer, found in zip(layers, pool.map(look_up, layers), strict=True):
-            for tp, ts in layer.items():
-                at = found[tp]
-                out[(tp[0], tp[1], ts)] = at if at is not None else bounds[tp][1]
-    return out
+def look_up_windows(
+    dst: Cluster,
+    slices: Mapping[tuple[str, int, int], AnchorSlice],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    k: int,
+    before_ms: int,
+    after_ms: int,
+) -> None:
+    """Give each slice its window's offsets, those a full read of it reads (never less than
+    the slice already covers), all looked up at once."""
+    windows: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
+    keys = sorted(slices)
+    for t, p, ts in keys:
+        windows[(t, p)].append((ts - before_ms, ts + after_ms + 1))
+    extents = window_extents(dst, windows, bounds, k)
+    taken: dict[TopicPartitionKey, int] = defaultdict(int)
+    for key in keys:
+        tp = key[:2]
+        lo, hi = extents[tp][taken[tp]]
+        taken[tp] += 1
+        start, end = slices[key].bounds(k)
+        slices[key].window = (min(lo, start), max(hi, end))
+
+
+def finish_leftovers(
+    dst: Cluster,
+    open_slices: Mapping[tuple[str, int, int], AnchorSlice],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    book: RangeBook,
+    cfg: FerryConfig,
+) -> int | None:
+    """When what the open slices' windows still hold is small (`LEFTOVER_OFFSETS`), widen
+    their open sides to the windows' edges at once (closed once read, no Spark job to decide
+    it): the last few positions take one read, not a step each. The offsets that will read,
+    or None (the slices widen step by step). When the rest of their partitions is that small
+    already, no window is looked up (reading past a window changes no outcome: candidates
+    are taken by timestamp); else windows are looked up while no partition has more than
+    `WINDOW_LOOKUPS_PER_PARTITION` open slices."""
+    m = cfg.matching
+
+    def unread() -> int:
+        rest: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
+        for (t, p, _), s in open_slices.items():
+            lo, hi = s.edges()
+            if not s.is_left_closed:
+                rest[(t, p)].append((lo, s.position))
+            if not s.is_right_closed:
+                rest[(t, p)].append((s.position, hi))
+        return book.unread(rest)
+
+    n = unread()  # to the windows' edges where known, else to the log's
+    unknown = {key: s for key, s in open_slices.items() if s.window is None}
+    per_tp: dict[TopicPartitionKey, int] = defaultdict(int)
+    for t, p, _ in open_slices:
+        per_tp[(t, p)] += 1
+    if n > LEFTOVER_OFFSETS and unknown and max(per_tp.values()) <= WINDOW_LOOKUPS_PER_PARTITION:
+        look_up_windows(dst, unknown, bounds, m.context, m.window_before_ms, m.window_after_ms)
+        n = unread()
+    if n > LEFTOVER_OFFSETS:
+        return None
+    for s in open_slices.values():
+        s.reach_edges()
+    return n
 
 
 def search_destination(
@@ -246,13 +319,9 @@ def search_destination(
     `read(ranges)` reads offset ranges of the destination now and keeps them (a DataFrame)."""
     k = cfg.matching.context
     before_ms, after_ms = cfg.matching.window_before_ms, cfg.matching.window_after_ms
-    positions = [
-        p.asDict()
-        for p in anchors_df.filter(F.col("anchor_kind") != "none")
-        .select(*SLICE_KEYS)
-        .distinct()
-        .collect()
-    ]
+    positions = collect_rows(
+        anchors_df.filter(F.col("anchor_kind") != "none").select(*SLICE_KEYS).distinct()
+    )
     whole = _read_whole(positions, bounds, k)
     large = [p for p in positions if (p["dst_topic"], p["dst_partition"]) not in whole]
     if large:
@@ -284,10 +353,10 @@ def search_destination(
             parts.append(read(ranges))  # every open slice's new offsets, read at once
             offsets_read += n
         for s in slices.values():
-            s.close_at_log_bounds(k)
+            s.close_at_edges(k)
         still_open = {key: s for key, s in slices.items() if s.is_open}
         if not still_open:
-            break  # every slice now spans its partition's log: no need to look
+            break  # every slice now spans its window or its partition: no need to look
         records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
         open_df = _slices_df(spark, still_open, k)
         context_df = matching.with_context(records_df, k)
@@ -296,19 +365,25 @@ def search_destination(
             anchors_df,
             open_df,
         )
-        state = with_slice_state(
-            anchors_df, candidates_df, records_df, open_df, k, before_ms, after_ms
-        ).collect()
+        state = collect_rows(
+            with_slice_state(anchors_df, candidates_df, records_df, open_df, k, before_ms, after_ms)
+        )
         for row in state:
-            s = still_open[(row.dst_topic, row.dst_partition, row.anchor_timestamp_ms)]
-            s.is_decided = bool(row.is_decided)
-            s.is_left_closed = bool(row.is_left_closed)
-            s.is_right_closed = bool(row.is_right_closed)
+            s = still_open[(row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"])]
+            s.is_decided = bool(row["is_decided"])
+            s.is_left_closed = bool(row["is_left_closed"])
+            s.is_right_closed = bool(row["is_right_closed"])
             if s.is_open:
                 if not s.is_left_closed:
                     s.before = max(FIRST_RADIUS, s.before * GROWTH)
                 if not s.is_right_closed:
                     s.after *= GROWTH
+        leftovers = {key: s for key, s in still_open.items() if s.is_open}
+        if leftovers and (n := finish_leftovers(dst, leftovers, bounds, book, cfg)) is not None:
+            progress(
+                f"destination: the {len(leftovers)} anchor positions still open read to "
+                f"their windows' edges at once ({n} offsets)"
+            )
     records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
     return SearchResult(
         records_df, _slices_df(spark, slices, k, read=True), offsets_read, len(slices), step
@@ -341,7 +416,7 @@ def _first_slice(position: int, log_start: int, log_end: int, k: int, whole: boo
     s = AnchorSlice(position, log_start, log_end, before=0, after=FIRST_RADIUS)
     if whole:
         s.position, s.before, s.after = log_start, 0, max(SMALL_PARTITION, log_end - log_start)
-    s.close_at_log_bounds(k)
+    s.close_at_edges(k)
     return s
 
 
