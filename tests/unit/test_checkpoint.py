@@ -39,8 +39,17 @@ def test_an_offsets_file_parses_into_its_header_metadata_and_sources():
 
 @pytest.mark.parametrize(
     "line",
-    ['{"logOffset":3}', "17", '{"sourceVersion":1,"reservoirId":"x","index":-1}', "-",
-     '{"t":{"x":1}}', '{"t":{"0":1.5}}', '{"t":{}}', "{}", '{"t":{"0":true}}'],
+    [
+        '{"logOffset":3}',
+        "17",
+        '{"sourceVersion":1,"reservoirId":"x","index":-1}',
+        "-",
+        '{"t":{"x":1}}',
+        '{"t":{"0":1.5}}',
+        '{"t":{}}',
+        "{}",
+        '{"t":{"0":true}}',
+    ],
 )
 def test_lines_of_other_sources_are_not_kafka(line):
     assert kafka_offsets(line) is None
