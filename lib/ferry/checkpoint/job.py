@@ -35,8 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+CHECKPOINT_RUN_PREFIX = "migrate-checkpoint-"  # `ferry.checkpoint.translate.ACTION` + "-"
+
+
 def is_requested(args: argparse.Namespace) -> bool:
-    return bool(args.positions or args.checkpoint)
+    """--positions, --checkpoint, or the rollback of a checkpoint run (never handed to the
+    groups' rollback: its ledger rows name files, not groups)."""
+    is_checkpoint_run = (args.rollback or "").startswith(CHECKPOINT_RUN_PREFIX)
+    return bool(args.positions or args.checkpoint or is_checkpoint_run)
 
 
 def main(
@@ -57,12 +63,12 @@ def main(
     session = start_session("ferry-migrate")
     if args.positions:
         return positions_job(session(), cfg, args.positions, args.output, progress)
-    from ferry.checkpoint import translate
+    from ferry.checkpoint import restore, translate
 
     require(cfg, "ledger.path")
     spark = session()
     if args.rollback:
-        return translate.rollback_job(
+        return restore.rollback_job(
             spark, cfg, args.checkpoint, args.rollback, args.execute, args.output, progress
         )
     return translate.checkpoint_job(

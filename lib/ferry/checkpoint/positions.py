@@ -54,8 +54,8 @@ def discover_positions(
     names = sorted(sets)
     disc = Discovery(
         groups=names,
-        source_states=dict.fromkeys(names, GroupState.DEAD),
-        destination_states=dict.fromkeys(names, GroupState.DEAD),
+        source_states=dict.fromkeys(names, GroupState.unlisted()),
+        destination_states=dict.fromkeys(names, GroupState.unlisted()),
         committed={n: dict(sets[n]) for n in names},
         previous=dict.fromkeys(names, {}),
         destination_members=dict.fromkeys(names, 0),

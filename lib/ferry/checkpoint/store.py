@@ -65,6 +65,19 @@ class HadoopStore:
         except Exception as exc:  # noqa: BLE001
             raise StoreError(f"cannot list {self.name(relative)}: {_reason(exc)}") from exc
 
+    def list_dirs(self, relative: str) -> list[str]:
+        """The names of the directories directly in a directory (none when it does not exist)."""
+        try:
+            if not self._fs.exists(self._path(relative)):
+                return []
+            return [
+                s.getPath().getName()
+                for s in self._fs.listStatus(self._path(relative))
+                if s.isDirectory()
+            ]
+        except Exception as exc:  # noqa: BLE001
+            raise StoreError(f"cannot list {self.name(relative)}: {_reason(exc)}") from exc
+
     def read(self, relative: str) -> bytes:
         try:
             stream = self._fs.open(self._path(relative))
