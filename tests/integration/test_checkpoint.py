@@ -228,24 +228,29 @@ def test_rollback_puts_the_originals_back(world):
 
 
 @pytest.mark.slow
-def test_a_running_query_is_refused(world):
-    folder = world["tmp"] / "running"
-    query = queries(world, "src", "running")[0]
-    process = start_running(world["tmp"] / "runs", [query], every_s=1)
+def test_a_running_query_is_refused(clusters, tmp_path):
+    src, dst = clusters
+    u = f"run{int(time.time() * 1000) % 10**8}"
+    create_topics(src.config, {f"{u}-events": 1})
+    produce(src.config, f"{u}-events", 0, records(f"{u}-events", 0, 0, 30))
+    config = write_migrate_config(tmp_path, src, dst, u)
+    query = Query(name="running", bootstrap=src.bootstrap, topic=f"{u}-events",
+                  checkpoint=str(tmp_path / "checkpoint"), sink=str(tmp_path / "sink"))  # fmt: skip
+    process = start_running(tmp_path / "runs", [query], every_s=1)
     try:
-        offsets = Path(query.checkpoint) / "offsets"
+        commits = Path(query.checkpoint) / "commits"
         deadline = time.monotonic() + 180
-        while not (offsets / "0").exists() and time.monotonic() < deadline:
+        while not (commits / "0").exists() and time.monotonic() < deadline:
+            assert process.poll() is None, "the running query stopped"
             time.sleep(1)
-        assert (offsets / "0").exists(), "the running query wrote no batch"
-        result = run_job("migrate", "--config", world["config"], "--checkpoint",
-                         query.checkpoint, "--execute")  # fmt: skip
+        assert (commits / "0").exists(), "the running query committed no batch"
+        result = run_job("migrate", "--config", config, "--checkpoint", query.checkpoint,
+                         "--execute")  # fmt: skip
         assert result.code == 1, result.stderr
         assert "its query may still be running" in result.stderr
         assert not (Path(query.checkpoint) / "ferry").exists()
     finally:
         stop_running(process)
-    del folder
 
 
 # ------------------------------------------------------------------ bad input, no query

@@ -30,10 +30,11 @@ N = 40
 def records(tag: str, n: int) -> list[Record]:
     # Keys repeat and values too ("same" every 7th): the neighbours tell them apart.
     return [
-        Record(f"k{i % 3}".encode(), (b"same" if i % 7 == 0 else f"{tag}-{i}".encode()),
-               BASE + i * 5)
+        Record(
+            f"k{i % 3}".encode(), (b"same" if i % 7 == 0 else f"{tag}-{i}".encode()), BASE + i * 5
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +60,24 @@ def world(clusters, tmp_path_factory):
     config = write_migrate_config(
         tmp, src, dst, u, topics={"rename": [{"match": f"^{u}-(.*)$", "replace": f"copy.{u}-\\1"}]}
     )
-    return {"u": u, "topic": topic, "copy": copy, "src": src, "dst": dst, "config": config,
-            "tmp": tmp}  # fmt: skip
+    return {
+        "u": u,
+        "topic": topic,
+        "copy": copy,
+        "src": src,
+        "dst": dst,
+        "config": config,
+        "tmp": tmp,
+    }
 
 
 def expected_offset(world, partition: int, offset: int) -> int:
     """The destination offset of the copy of the source record at `offset` (by content)."""
-    source = {r.offset: r for r in read_all(world["src"].config, world["topic"])
-              if r.partition == partition}  # fmt: skip
+    source = {
+        r.offset: r
+        for r in read_all(world["src"].config, world["topic"])
+        if r.partition == partition
+    }
     copies = [r for r in read_all(world["dst"].config, world["copy"]) if r.partition == partition]
     if offset not in source:  # at the source's end: the destination's end
         return copies[-1].offset + 1
@@ -83,8 +94,9 @@ def expected_offset(world, partition: int, offset: int) -> int:
 def test_each_line_gets_its_destination_offset(world, tmp_path):
     lines = [(0, 9), (0, 25), (0, 28), (1, 0), (1, 14), (1, N), (2, 21)]
     path = tmp_path / "positions.csv"
-    path.write_text("topic,partition,offset\n" + "".join(
-        f"{world['topic']},{p},{o}\n" for p, o in lines))  # fmt: skip
+    path.write_text(
+        "topic,partition,offset\n" + "".join(f"{world['topic']},{p},{o}\n" for p, o in lines)
+    )
     result = run_job("migrate", "--config", world["config"], "--positions", str(path), "-o", "csv")
     assert result.code == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))

@@ -193,8 +193,9 @@ def choose_batches(name: str, offsets_ids: Iterable[int], commit_ids: Iterable[i
     if newest - 1 not in offsets:
         # The first batch (or the first kept) is uncommitted: Spark re-runs it from the
         # source's starting offsets (`sources/`), which Ferry does not translate.
+        gone = f" and offsets/{newest - 1} is not there" if newest else ""
         raise CheckpointFormatError(
-            f"{name}: batch {newest} is not committed and offsets/{newest - 1} is not there: "
+            f"{name}: batch {newest} is not committed{gone}: "
             "Spark re-runs it from the query's starting offsets; restart the query on the "
             "source until a batch commits"
         )

@@ -69,19 +69,17 @@ def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN
         )
     offsets = {f.name: f for f in store.list("offsets")}
     commits = {f.name: f for f in store.list("commits")}
-    choice = offsets_log.choose_batches(
-        store.root, offsets_log.batch_ids(offsets), offsets_log.batch_ids(commits)
-    )
-    newest = str(choice.newest)
-    written_ms = max(
-        offsets[newest].modified_ms, commits[newest].modified_ms if newest in commits else 0
-    )
-    age_s = time.time() - written_ms / 1000
-    if age_s < idle_s:
-        raise FerryError(
-            f"{store.root}: batch {newest} was written {age_s:.0f}s ago (--idle {idle_s:g}s): "
-            "its query may still be running; stop it, or wait"
-        )
+    offsets_ids = offsets_log.batch_ids(offsets)
+    if offsets_ids:  # a running query is refused before anything else is said about it
+        newest = str(offsets_ids[-1])
+        written = [f.modified_ms for f in (offsets[newest], commits.get(newest)) if f]
+        age_s = time.time() - max(written) / 1000
+        if age_s < idle_s:
+            raise FerryError(
+                f"{store.root}: batch {newest} was written {age_s:.0f}s ago (--idle "
+                f"{idle_s:g}s): its query may still be running; stop it, or wait"
+            )
+    choice = offsets_log.choose_batches(store.root, offsets_ids, offsets_log.batch_ids(commits))
     data = {b: store.read(offsets_name(b)) for b in choice.batches}
     parsed = {
         b: offsets_log.parse_offsets_file(store.name(offsets_name(b)), b, data[b])
