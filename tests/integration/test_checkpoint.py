@@ -41,7 +41,7 @@ from ferry.testing.streaming import (
     stop_running,
 )
 
-from .jobrunner import run_job, write_migrate_config
+from .jobrunner import ledger_rows, run_job, write_migrate_config
 
 pytestmark = pytest.mark.integration
 
@@ -94,8 +94,12 @@ def world(clusters, tmp_path_factory):
     create_topics(src.config, {topics[n]: p for n, p in PARTS.items()})
     # The destination held records of its own on events[1] before MM2 copied into it.
     create_topics(dst.config, {f"source.{topics['events']}": 3})
-    produce(dst.config, f"source.{topics['events']}", 1,
-            [Record(b"x", f"old-{i}".encode(), BASE - 5000) for i in range(13)])  # fmt: skip
+    produce(
+        dst.config,
+        f"source.{topics['events']}",
+        1,
+        [Record(b"x", f"old-{i}".encode(), BASE - 5000) for i in range(13)],
+    )
     for name, parts in PARTS.items():
         for p in range(parts):
             n = 22 if name == "same" else FIRST
@@ -114,12 +118,13 @@ def world(clusters, tmp_path_factory):
     # Retention took the first records of events[0] and same[0] before MM2 started.
     delete_records(src.config, {(topics["events"], 0): 9, (topics["same"], 0): 5})
     with mirror_maker(src, dst, f"{u}-.*", f"{u}-.*", log_dir=tmp) as mm:
-        wait_replicated(mm, list(topics.values()),
-                        records={(topics["events"], 1): 13 + FIRST + SECOND})  # fmt: skip
+        wait_replicated(
+            mm, list(topics.values()), records={(topics["events"], 1): 13 + FIRST + SECOND}
+        )
     world["source_records"] = {
         name: Counter(
             (r.key.decode(), r.value.decode()) for r in read_all(src.config, topics[name])
-        )  # fmt: skip
+        )
         for name in PARTS
     }
     # What the queries read before the deletes is in their sinks; the source lost it since.
@@ -144,8 +149,9 @@ def offsets_files(path: Path) -> dict[str, bytes]:
 
 
 def migrate(world, path: Path, *extra: str):  # noqa: ANN201
-    return run_job("migrate", "--config", world["config"], "--checkpoint", str(path),
-                   "--idle", "0s", *extra)  # fmt: skip
+    return run_job(
+        "migrate", "--config", world["config"], "--checkpoint", str(path), "--idle", "0s", *extra
+    )
 
 
 @pytest.mark.slow
@@ -164,7 +170,7 @@ def test_the_dry_run_plans_every_kafka_line_and_writes_nothing(world):
 
 
 @pytest.mark.slow
-def test_translated_queries_restart_on_the_destination_exactly_once(world, spark):
+def test_translated_queries_restart_on_the_destination_exactly_once(world):
     for name in PARTS:
         result = migrate(world, checkpoint(world, name), "--execute", "-o", "json")
         assert result.code == 0, f"{name}: {result.stderr}"
@@ -175,9 +181,9 @@ def test_translated_queries_restart_on_the_destination_exactly_once(world, spark
     outcome = run_queries(world["tmp"] / "runs", queries(world, "dst", "q"))
     assert set(outcome.values()) == {None}, outcome
     for name in ("events", "crash", "same"):
-        seen = sink_values(spark, str(world["tmp"] / "q" / name / "sink"))
+        seen = sink_values(str(world["tmp"] / "q" / name / "sink"))
         assert seen == world["source_records"][name], name
-    totals = sink_totals(spark, str(world["tmp"] / "q" / "counts" / "sink"))
+    totals = sink_totals(str(world["tmp"] / "q" / "counts" / "sink"))
     expected = Counter(
         k for (k, _v), n in world["source_records"]["counts"].items() for _ in range(n)
     )
@@ -185,7 +191,7 @@ def test_translated_queries_restart_on_the_destination_exactly_once(world, spark
 
 
 @pytest.mark.slow
-def test_without_the_translation_the_restart_loses_and_repeats_records(world, spark):
+def test_without_the_translation_the_restart_loses_and_repeats_records(world):
     """The oracle's other side: the same restart on the untranslated checkpoint, topics
     renamed by hand and `failOnDataLoss=false`, is wrong (so the test above can fail)."""
     folder = world["tmp"] / "by-hand"
@@ -193,16 +199,41 @@ def test_without_the_translation_the_restart_loses_and_repeats_records(world, sp
     for name in PARTS:
         topic = world["topics"][name]
         renamed_by_hand(folder / name / "checkpoint", {topic: f"source.{topic}"})
-    outcome = run_queries(world["tmp"] / "runs",
-                          queries(world, "dst", "by-hand", failOnDataLoss="false"))  # fmt: skip
+    outcome = run_queries(
+        world["tmp"] / "runs", queries(world, "dst", "by-hand", failOnDataLoss="false")
+    )
     assert outcome["events-dst-by-hand"] is None, outcome
-    seen = sink_values(spark, str(folder / "events" / "sink"))
+    seen = sink_values(str(folder / "events" / "sink"))
     expected = world["source_records"]["events"]
     repeated = sum((seen - expected).values())
     missing = sum((expected - seen).values())
     # The shifts: 9 records the query skips on events[0], 13 it reads twice on events[1].
     assert (missing, repeated) != (0, 0)
     assert missing >= 9 and repeated >= 13, (missing, repeated)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_a_plain_restart_touched_is_refused(world):
+    """The events query restarted on the destination on its checkpoint exactly as the source
+    left it (default failOnDataLoss), in an application of its own (a copy of a checkpoint
+    shares its query id: Spark stops the other run of the same id)."""
+    as_is = world["tmp"] / "as-is"
+    shutil.copytree(world["tmp"] / "untouched" / "events", as_is)
+    plain = Query(
+        name="events-as-is",
+        bootstrap=world["dst"].bootstrap,
+        topic=f"source.{world['topics']['events']}",
+        checkpoint=str(as_is / "checkpoint"),
+        sink=str(as_is / "sink"),
+    )
+    outcome = run_queries(world["tmp"] / "runs", [plain])
+    # It stops (the source's partitions are gone from what it reads), having written a batch
+    # that names the destination's topic: Ferry refuses to translate that.
+    assert "have been deleted" in (outcome["events-as-is"] or ""), outcome
+    refused = migrate(world, as_is / "checkpoint", "--execute")
+    assert refused.code == 1, refused.stderr
+    assert f"names destination topic(s) source.{world['topics']['events']}" in refused.stderr
+    assert not (as_is / "checkpoint" / "ferry").exists()
 
 
 @pytest.mark.slow
@@ -222,6 +253,9 @@ def test_rollback_puts_the_originals_back(world):
     done = migrate(world, path, "--rollback", run_id, "--execute")
     assert done.code == 0 and "RESTORED" in done.stdout, done.stderr
     assert offsets_files(path) == original
+    # Rolled back, the checkpoint is the source's again: a new run plans it afresh.
+    again = migrate(world, path)
+    assert again.code == 0 and "resolved (dry run" in again.stdout, again.stdout + again.stderr
     # Without --checkpoint a checkpoint run is never handed to the groups' rollback.
     alone = run_job("migrate", "--config", world["config"], "--rollback", run_id)
     assert alone.code == 2 and "give it with --checkpoint PATH" in alone.stderr
@@ -234,8 +268,13 @@ def test_a_running_query_is_refused(clusters, tmp_path):
     create_topics(src.config, {f"{u}-events": 1})
     produce(src.config, f"{u}-events", 0, records(f"{u}-events", 0, 0, 30))
     config = write_migrate_config(tmp_path, src, dst, u)
-    query = Query(name="running", bootstrap=src.bootstrap, topic=f"{u}-events",
-                  checkpoint=str(tmp_path / "checkpoint"), sink=str(tmp_path / "sink"))  # fmt: skip
+    query = Query(
+        name="running",
+        bootstrap=src.bootstrap,
+        topic=f"{u}-events",
+        checkpoint=str(tmp_path / "checkpoint"),
+        sink=str(tmp_path / "sink"),
+    )
     process = start_running(tmp_path / "runs", [query], every_s=1)
     try:
         commits = Path(query.checkpoint) / "commits"
@@ -244,8 +283,9 @@ def test_a_running_query_is_refused(clusters, tmp_path):
             assert process.poll() is None, "the running query stopped"
             time.sleep(1)
         assert (commits / "0").exists(), "the running query committed no batch"
-        result = run_job("migrate", "--config", config, "--checkpoint", query.checkpoint,
-                         "--execute")  # fmt: skip
+        result = run_job(
+            "migrate", "--config", config, "--checkpoint", query.checkpoint, "--execute"
+        )
         assert result.code == 1, result.stderr
         assert "its query may still be running" in result.stderr
         assert not (Path(query.checkpoint) / "ferry").exists()
@@ -274,17 +314,107 @@ META = '{"batchWatermarkMs":0,"batchTimestampMs":1764130000000,"conf":{}}'
         ({"offsets/0": f'v1\n{META}\n{{"t":{{"0":5}}}}'}, "batch 0 is not committed"),
         ({"offsets/3": f'v1\n{META}\n{{"t":{{"0":5', "commits/3": "v1\n{}"}, "damaged"),
         ({"offsets/3": f"v9\n{META}\n-", "commits/3": "v1\n{}"}, "offsets format 'v9'"),
-        ({"offsets/3": f'v1\n{META}\n{{"logOffset":2}}', "commits/3": "v1\n{}"},
-         "no Kafka source"),
+        ({"offsets/3": f'v1\n{META}\n{{"logOffset":2}}', "commits/3": "v1\n{}"}, "no Kafka source"),
     ],
-)  # fmt: skip
+)
 def test_bad_checkpoints_are_one_line_exit_2(clusters, tmp_path, files, says):
     src, dst = clusters
     config = write_migrate_config(tmp_path, src, dst, "nothing")
     path = fake_checkpoint(tmp_path / "cp", files)
-    result = run_job("migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s",
-                     "--execute")  # fmt: skip
+    result = run_job(
+        "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
+    )
     assert result.code == 2, result.stderr
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and says in errors[0], result.stderr
     assert not (path / "ferry").exists()
+
+
+# ------------------------------------------------ the rewrite, on files written as Spark does
+
+
+@pytest.fixture
+def copied_topic(clusters, tmp_path):
+    """A topic on the source and its copy (`copy.` prefix) on the destination, 7 offsets
+    higher on partition 0 (records the destination held before), and a config for both."""
+    src, dst = clusters
+    u = f"rw{int(time.time() * 1000) % 10**8}"
+    topic = f"{u}-events"
+    create_topics(src.config, {topic: 2})
+    create_topics(dst.config, {f"copy.{topic}": 2})
+    produce(dst.config, f"copy.{topic}", 0, [Record(b"x", b"old", BASE - 9000)] * 7)
+    for p in range(2):
+        produce(src.config, topic, p, records(topic, p, 0, 30))
+        produce(dst.config, f"copy.{topic}", p, records(topic, p, 0, 30))
+    rename = [{"match": "^(.*)$", "replace": "copy.\\1"}]
+    config = write_migrate_config(tmp_path, src, dst, u, topics={"rename": rename})
+    return topic, config
+
+
+def spark_checkpoint(root: Path, topic: str) -> Path:
+    """Batches 4 (committed) and 5 (not): a Kafka source between a rate source with no offset
+    yet and a file source, as Spark writes them."""
+    for batch, (o0, o1) in ((4, (12, 20)), (5, (17, 26))):
+        line = f'{{"{topic}":{{"1":{o1},"0":{o0}}}}}'
+        fake_checkpoint(
+            root, {f"offsets/{batch}": f'v1\n{META}\n-\n{line}\n{{"logOffset":{batch}}}'}
+        )
+    fake_checkpoint(root, {"commits/4": 'v1\n{"nextBatchWatermarkMs":0}', "metadata": '{"id":"x"}'})
+    return root
+
+
+def test_the_rewrite_changes_the_kafka_line_only(copied_topic, tmp_path):
+    topic, config = copied_topic
+    path = spark_checkpoint(tmp_path / "cp", topic)
+    before = offsets_files(path)
+    result = run_job(
+        "migrate",
+        "--config",
+        config,
+        "--checkpoint",
+        str(path),
+        "--idle",
+        "0s",
+        "--execute",
+        "-o",
+        "json",
+    )
+    assert result.code == 0, result.stderr
+    after = offsets_files(path)
+    for batch, (o0, o1) in (("4", (12, 20)), ("5", (17, 26))):
+        old, new = before[batch].split(b"\n"), after[batch].split(b"\n")
+        assert new[:3] == old[:3] and new[4:] == old[4:]  # v1, metadata, "-", the file source
+        assert json.loads(new[3]) == {f"copy.{topic}": {"0": o0 + 7, "1": o1}}
+        assert new[3] == f'{{"copy.{topic}":{{"0":{o0 + 7},"1":{o1}}}}}'.encode()
+    (run,) = [p.name for p in (path / "ferry").iterdir()]
+    assert offsets_files(path / "ferry" / run / "original") == before
+    assert offsets_files(path / "ferry" / run / "translated") == after
+
+
+def test_a_batch_that_appears_during_the_run_stops_it_before_any_write(
+    copied_topic, tmp_path, monkeypatch
+):
+    """The query is running: a batch lands while Ferry plans. Nothing is rewritten; the
+    intent is in the ledger, without an outcome."""
+    from ferry.checkpoint import positions
+
+    topic, config = copied_topic
+    path = spark_checkpoint(tmp_path / "cp", topic)
+    before = offsets_files(path)
+    plan_for_real = positions.translate
+
+    def plan_while_the_query_runs(*args, **kwargs):
+        answer = plan_for_real(*args, **kwargs)
+        fake_checkpoint(path, {"offsets/6": f'v1\n{META}\n-\n{{"{topic}":{{"0":20,"1":29}}}}\n-'})
+        return answer
+
+    monkeypatch.setattr(positions, "translate", plan_while_the_query_runs)
+    result = run_job(
+        "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
+    )
+    assert result.code == 1, result.stderr
+    assert "batch 6 appeared during this run: its query is running" in result.stderr
+    now = offsets_files(path)
+    assert {k: v for k, v in now.items() if k != "6"} == before
+    phases = Counter(r["phase"] for r in ledger_rows(tmp_path / "ledger"))
+    assert phases["intent"] == 4 and phases["outcome"] == 0, phases

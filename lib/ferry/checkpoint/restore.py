@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ferry.checkpoint import offsets_log
 from ferry.checkpoint.store import HadoopStore
-from ferry.checkpoint.translate import FERRY_DIR, newest_batch, offsets_name
+from ferry.checkpoint.translate import FERRY_DIR, ROLLED_BACK, newest_batch, offsets_name
 from ferry.config import FerryConfig
 from ferry.errors import FerryError, UsageError
 from ferry.output import emit_rows, print_summary
@@ -86,6 +86,8 @@ def rollback_job(
             for batch in written:  # all files or none
                 store.write(offsets_name(batch), store.read(f"{translated}/{offsets_name(batch)}"))
             raise
+        # Marked, so that a later run does not take the checkpoint for one this run translated.
+        store.write(f"{folder}/{ROLLED_BACK}", ledger.run_id.encode())
         ledger.append(ledger_rows("RESTORED", True), PHASE_OUTCOME)
     else:
         ledger.append(ledger_rows("WOULD_RESTORE"), PHASE_PLAN)

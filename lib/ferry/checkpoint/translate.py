@@ -39,6 +39,7 @@ from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, 
 ACTION = "migrate-checkpoint"
 RUN_PREFIX = f"{ACTION}-"  # run ids of checkpoint runs start so (`--rollback` tells them apart)
 FERRY_DIR = "ferry"  # under the checkpoint: one folder per run that rewrote it
+ROLLED_BACK = "rolled-back"  # in a run's folder once its originals were put back
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Checkpoint:
     choice: offsets_log.BatchChoice
     data: dict[int, bytes]
     parsed: dict[int, OffsetsFile]
+    age_s: float  # since the newest batch's offsets (or commit) file was written
 
 
 def offsets_name(batch: int) -> str:
@@ -61,7 +63,8 @@ def set_name(batch: int, index: int) -> str:
 
 def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN001
     """The batches to translate and their offsets files; refused (exit 2) when PATH is not a
-    checkpoint, (exit 1) when its newest batch is younger than `idle_s`."""
+    checkpoint or its files cannot be translated, (exit 1) instead when its newest batch is
+    also younger than `idle_s` (a running query is what to say first)."""
     store = HadoopStore(spark, path)
     if not store.exists("offsets"):
         raise CheckpointFormatError(
@@ -70,22 +73,30 @@ def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN
     offsets = {f.name: f for f in store.list("offsets")}
     commits = {f.name: f for f in store.list("commits")}
     offsets_ids = offsets_log.batch_ids(offsets)
-    if offsets_ids:  # a running query is refused before anything else is said about it
+    age_s = float("inf")
+    if offsets_ids:
         newest = str(offsets_ids[-1])
         written = [f.modified_ms for f in (offsets[newest], commits.get(newest)) if f]
         age_s = time.time() - max(written) / 1000
-        if age_s < idle_s:
-            raise FerryError(
-                f"{store.root}: batch {newest} was written {age_s:.0f}s ago (--idle "
-                f"{idle_s:g}s): its query may still be running; stop it, or wait"
-            )
-    choice = offsets_log.choose_batches(store.root, offsets_ids, offsets_log.batch_ids(commits))
-    data = {b: store.read(offsets_name(b)) for b in choice.batches}
-    parsed = {
-        b: offsets_log.parse_offsets_file(store.name(offsets_name(b)), b, data[b])
-        for b in choice.batches
-    }
-    return Checkpoint(store, choice, data, parsed)
+    try:
+        choice = offsets_log.choose_batches(store.root, offsets_ids, offsets_log.batch_ids(commits))
+        data = {b: store.read(offsets_name(b)) for b in choice.batches}
+        parsed = {
+            b: offsets_log.parse_offsets_file(store.name(offsets_name(b)), b, data[b])
+            for b in choice.batches
+        }
+    except CheckpointFormatError:
+        check_idle(store, offsets_ids[-1] if offsets_ids else -1, age_s, idle_s)
+        raise
+    return Checkpoint(store, choice, data, parsed, age_s)
+
+
+def check_idle(store: HadoopStore, batch: int, age_s: float, idle_s: float) -> None:
+    if age_s < idle_s:
+        raise FerryError(
+            f"{store.root}: batch {batch} was written {age_s:.0f}s ago (--idle {idle_s:g}s): "
+            "its query may still be running; stop it, or wait"
+        )
 
 
 def newest_batch(store: HadoopStore) -> int | None:
@@ -102,6 +113,8 @@ def translated_by(cp: Checkpoint) -> str | None:
     """The Ferry run whose translated files the checkpoint holds now (or whose translation a
     query has since run on: a newer batch than the run wrote), else None."""
     for run in reversed(previous_runs(cp.store)):
+        if cp.store.exists(f"{FERRY_DIR}/{run}/{ROLLED_BACK}"):
+            continue
         wrote = offsets_log.batch_ids(
             f.name for f in cp.store.list(f"{FERRY_DIR}/{run}/translated/offsets")
         )
@@ -117,7 +130,7 @@ def translated_by(cp: Checkpoint) -> str | None:
 
 
 def position_sets(
-    cp: Checkpoint, cfg: FerryConfig, src_topics: Mapping[str, int], dst_topics: Mapping[str, int]
+    cp: Checkpoint, cfg: FerryConfig, src_topics: Mapping[str, int]
 ) -> tuple[dict[str, dict], list[str]]:
     """One position set per Kafka source line of the chosen batches, and warnings for lines
     left as they are (no topic the config selects). Refused: no Kafka source at all, a line
@@ -216,16 +229,18 @@ def checkpoint_job(
         f"batch {cp.choice.newest} {'committed' if cp.choice.is_committed else 'not committed'}:"
         f" translating offsets/{', offsets/'.join(str(b) for b in cp.choice.batches)}"
     )
+    # Before the idle check: on a schedule, the query runs on the destination by now.
     done_by = translated_by(cp)
     if done_by is not None:
+        emit_rows(lambda: [], OUTPUT_COLUMNS, fmt)
         print_summary(
             f"{cp.store.root}: ALREADY_MIGRATED by run {done_by} (its translated offsets are in "
             f"place, or the query ran on them since); nothing written",
             fmt,
         )
         return 0
-    src_topics, dst_topics = kafka.list_topics(src), kafka.list_topics(dst)
-    sets, warnings = position_sets(cp, cfg, src_topics, dst_topics)
+    check_idle(cp.store, cp.choice.newest, cp.age_s, idle_s)
+    sets, warnings = position_sets(cp, cfg, kafka.list_topics(src))
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if not sets:

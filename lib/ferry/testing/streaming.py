@@ -174,19 +174,24 @@ def stop_running(process: subprocess.Popen) -> None:
         process.wait(timeout=30)
 
 
-def sink_values(spark, sink: str) -> Counter:  # noqa: ANN001
+def _sink_rows(sink: str) -> list[dict]:
+    """Every batch's rows of a sink (`batch_id` from the directory names), read with pyarrow:
+    no Spark session needed to check one."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(sink, format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+def sink_values(sink: str) -> Counter:
     """How many times each (key, value) is in a stateless query's sink (every batch)."""
-    rows = spark.read.parquet(sink).select("key", "value").collect()
-    return Counter((r.key, r.value) for r in rows)
+    return Counter((r["key"], r["value"]) for r in _sink_rows(sink))
 
 
-def sink_totals(spark, sink: str) -> dict[str, int]:  # noqa: ANN001
+def sink_totals(sink: str) -> dict[str, int]:
     """A counting query's totals: its newest batch's output (complete mode)."""
-    from pyspark.sql import functions as F
-
-    df = spark.read.parquet(sink)
-    newest = df.agg(F.max("batch_id")).first()[0]
-    return {r.key: r["count"] for r in df.filter(F.col("batch_id") == newest).collect()}
+    rows = _sink_rows(sink)
+    newest = max(r["batch_id"] for r in rows)
+    return {r["key"]: r["count"] for r in rows if r["batch_id"] == newest}
 
 
 def renamed_by_hand(checkpoint: Path, rename: Mapping[str, str]) -> None:
