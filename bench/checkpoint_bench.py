@@ -96,7 +96,8 @@ def main() -> int:
             f"ledger:\n  path: {work / 'ledger'}\n"
         )
         job = load_migrate_job()
-        base = ["--config", str(config), "-o", "json", "--quiet"]
+        # Progress on (stderr): each run's stages with their times, to see where they differ.
+        base = ["--config", str(config), "-o", "json"]
         group_run = base
         checkpoint_run = [*base, "--checkpoint", str(checkpoint)]
         timed_job(job, group_run)  # warm-up: JVM, workers, caches

@@ -206,6 +206,8 @@ def restart_hint(decisions: Mapping[str, GroupDecision], dst_bootstrap: str) -> 
     assign = ",".join(
         f'"{t}":[{",".join(str(p) for p in sorted(ps))}]' for t, ps in sorted(partitions.items())
     )
+    if len(assign) > 200:  # hundreds of partitions: the option's shape, not every number
+        assign = ",".join(f'"{t}":[0..{max(ps)}]' for t, ps in sorted(partitions.items()))
     return [
         f"restart the query with kafka.bootstrap.servers={dst_bootstrap} and "
         f"subscribe={','.join(sorted(partitions))} (or assign={{{assign}}}; a subscribePattern "
