@@ -144,3 +144,12 @@ def test_bad_input_is_one_line_and_exit_2(world, tmp_path, text, says):
     lines = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and says in lines[0], result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("option", [["--wait", "1m"], ["--allow-rewind"], ["--execute"]])
+def test_group_options_are_usage_errors_with_positions(world, tmp_path, option):
+    path = tmp_path / "p.csv"
+    path.write_text(f"{world['topic']},0,12\n")
+    result = run_job("migrate", "--config", world["config"], "--positions", str(path), *option)
+    assert result.code == 2, result.stderr
+    assert result.stderr.startswith("error:") and result.stdout == ""

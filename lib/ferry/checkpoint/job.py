@@ -59,6 +59,10 @@ def main(
         raise UsageError("--positions and --checkpoint are two separate runs: give one")
     if args.positions and (args.execute or args.rollback):
         raise UsageError("--positions writes nothing: it takes no --execute or --rollback")
+    for option in ("wait", "export_dir", "allow_rewind", "allow_active_source", "max_duplicates"):
+        if getattr(args, option, None):
+            given = "--" + option.replace("_", "-")
+            raise UsageError(f"{given} is for groups: not with --checkpoint or --positions")
     require(cfg, "source", "destination")
     session = start_session("ferry-migrate")
     if args.positions:

@@ -21,7 +21,7 @@ from ferry.errors import UsageError
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
 from ferry.migrate.decision import GroupDecision, decide
-from ferry.migrate.discover import _MISSING, _RECONCILE, Discovery, _topic_plan
+from ferry.migrate.discover import _MISSING, _RECONCILE, Discovery, _both, _topic_plan
 from ferry.migrate.model import Plan
 from ferry.status import GroupState
 
@@ -41,16 +41,24 @@ POSITIONS_COLUMNS = [
 
 
 def discover_positions(
-    src: Cluster, dst: Cluster, cfg: FerryConfig, sets: PositionSets, *, allow_reconcile: bool
+    src: Cluster,
+    dst: Cluster,
+    cfg: FerryConfig,
+    sets: PositionSets,
+    *,
+    allow_reconcile: bool,
+    known_src_topics: Mapping[str, int] | None = None,
 ) -> Discovery:
     """`migrate.discover` for position sets: every set's partitions checked against the source
     (a topic or partition it lacks, or a topic the config does not select, is a usage error),
     each topic planned by `migrate`'s rule. `allow_reconcile`: a topic with another partition
     count on the destination is reconciled (a set holds every partition of it, as a checkpoint
-    line does); otherwise its partitions are NO_DESTINATION, said why."""
-    kafka.check_reachable(src)
-    kafka.check_reachable(dst)
-    src_topics, dst_topics = kafka.list_topics(src), kafka.list_topics(dst)
+    line does); otherwise its partitions are NO_DESTINATION, said why. `known_src_topics`: the
+    source's topics when the caller already listed them."""
+    # Each cluster's calls in a thread of its own, as group discovery does (`_both`).
+    src_topics, dst_topics = _both(
+        lambda: _reachable_topics(src, known_src_topics), lambda: _reachable_topics(dst, None)
+    )
     names = sorted(sets)
     disc = Discovery(
         groups=names,
@@ -97,9 +105,17 @@ def discover_positions(
     for topic, (n_src, n_dst) in disc.reconcile_topics.items():
         needed |= {(topic, p) for p in range(n_src)}
         dst_needed |= {(cfg.topics.destination_topic(topic), q) for q in range(n_dst)}
-    disc.source_bounds = kafka.watermarks(src, needed)
-    disc.destination_bounds = kafka.watermarks(dst, dst_needed)
+    disc.source_bounds, disc.destination_bounds = _both(
+        lambda: kafka.watermarks(src, needed), lambda: kafka.watermarks(dst, dst_needed)
+    )
     return disc
+
+
+def _reachable_topics(cluster: Cluster, known: Mapping[str, int] | None) -> Mapping[str, int]:
+    if known is not None:
+        return known
+    kafka.check_reachable(cluster)
+    return kafka.list_topics(cluster)
 
 
 def translate(
@@ -111,13 +127,16 @@ def translate(
     progress: Callable[[str], None],
     *,
     allow_reconcile: bool,
+    known_src_topics: Mapping[str, int] | None = None,
 ) -> tuple[Plan, dict[str, GroupDecision]]:
     """Every set's plan and decision, by `migrate`'s engine (`decide` with nothing on the
     destination yet: a resolved set is READY)."""
     from ferry.migrate.plan import build_plan
 
     progress(f"discovering {sum(len(s) for s in sets.values())} positions")
-    disc = discover_positions(src, dst, cfg, sets, allow_reconcile=allow_reconcile)
+    disc = discover_positions(
+        src, dst, cfg, sets, allow_reconcile=allow_reconcile, known_src_topics=known_src_topics
+    )
     plan = build_plan(spark, src, dst, disc, cfg, progress)
     return plan, decide(plan, allow_rewind=False)
 

@@ -242,13 +242,15 @@ def checkpoint_job(
         )
         return 0
     check_idle(cp.store, cp.choice.newest, cp.age_s, idle_s)
-    sets, warnings = position_sets(cp, cfg, kafka.list_topics(src))
+    kafka.check_reachable(src)
+    src_topics = kafka.list_topics(src)
+    sets, warnings = position_sets(cp, cfg, src_topics)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if not sets:
         raise CheckpointFormatError(f"{cp.store.root}: no Kafka source the config selects")
     plan, decisions = positions.translate(
-        spark, src, dst, cfg, sets, progress, allow_reconcile=True
+        spark, src, dst, cfg, sets, progress, allow_reconcile=True, known_src_topics=src_topics
     )
     run_id = new_run_id(ACTION)
     ledger = Ledger(spark, cfg.ledger.path, run_id, ACTION, is_execute)
