@@ -22,16 +22,19 @@ $(STAMP): setup.py
 	$(PY) -m ferry.testing.artifacts kafka mm2
 	@touch $(STAMP)
 
-# What spark-submit.sh ships to a non-local master: the library zip and a self-contained
-# Python environment (lib/ferry/packaging.py). Rebuilt only when the sources or the installed
-# dependencies changed.
+# What spark-submit.sh ships to a non-local master: the library zip and Ferry's Python packages
+# for the nodes' own Python, manylinux wheels for glibc 2.28 and newer, with a launcher
+# (lib/ferry/packaging.py; FERRY_PYTHONS="3.12 3.13" packs for more Python minors than the
+# driver's). States the glibc floor it measured in the packed files. Rebuilt only when the
+# sources or the installed dependencies changed.
 package: build/ferry-lib.zip build/ferry-env.tar.gz
 	@du -h --apparent-size build/ferry-env.tar.gz build/ferry-lib.zip | awk '{ print $$2 ": " $$1 }'
+	@cat build/ferry-env.floor
 
 build/ferry-lib.zip: $(LIB_SOURCES) lib/ferry/packaging.py | $(STAMP)
 	$(PY) lib/ferry/packaging.py lib
 
-build/ferry-env.tar.gz: $(STAMP) lib/ferry/packaging.py
+build/ferry-env.tar.gz: $(STAMP) lib/ferry/packaging.py lib/ferry/env_python.sh
 	$(PY) lib/ferry/packaging.py env
 
 demo: install
@@ -47,16 +50,26 @@ test: install
 # Burrow (the oracle for lag-status, tests/integration/test_burrow.py) is Debian's package,
 # installed here when missing (as root), and watches a Kafka 3.9 cluster (Burrow 1.2.1 cannot
 # talk to Kafka 4), whose jars are fetched once like 4.3.1's.
+# Airflow (the loader of docs/airflow/ferry_cutover.py, tests/integration/test_airflow_dag.py)
+# goes into a virtualenv of its own in ~/.cache/ferry, once: 74 s on 2 busy cores.
+AIRFLOW_VERSION := 3.3.2
+AIRFLOW_VENV := $(or $(FERRY_CACHE),$(HOME)/.cache/ferry)/airflow-$(AIRFLOW_VERSION)
 test-slow: install
 	@command -v Burrow >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q burrow; }
+	@test -x $(AIRFLOW_VENV)/bin/airflow || { $(PYTHON) -m venv $(AIRFLOW_VENV) && \
+	  $(AIRFLOW_VENV)/bin/pip install -q apache-airflow==$(AIRFLOW_VERSION); }
 	$(PY) -m ferry.testing.artifacts kafka-3.9
 	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and not cluster and not faults'
 
 # A Spark standalone master and worker started from the installed PySpark, running a job
 # with the packaged environment (tests/integration/test_cluster.py), and a single-node YARN +
 # HDFS (Hadoop's MiniCluster, its jars fetched once into ~/.cache/ferry) with the jobs on it
-# in cluster and client mode (tests/integration/test_yarn.py).
+# in cluster and client mode (tests/integration/test_yarn.py), and the packaged environment on
+# an older node: a Debian bullseye root filesystem (glibc 2.31) made with debootstrap, installed
+# here when missing (as root), with a CPython built inside it once, both kept in ~/.cache/ferry
+# (tests/integration/test_old_glibc.py; 10-15 min the first time on 2 cores).
 test-cluster: package
+	@command -v debootstrap >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q debootstrap; }
 	$(PY) -m ferry.testing.artifacts hadoop
 	$(PY) -m pytest -q -p no:cacheprovider -m cluster
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run a Ferry job through spark-submit:  ./spark-submit.sh [OPTIONS] JOB [JOB ARGS...]
 #
-# Options (before JOB); whatever the user sets wins over Ferry's defaults:
+# Options (before JOB) are spark-submit's, with spark-submit's meaning, and whatever the user
+# sets wins over Ferry's defaults:
 #   --master URL          Spark master (default: $SPARK_MASTER or local[*])
 #   --deploy-mode MODE    client (default) or cluster (YARN, Kubernetes)
 #   --conf K=V            any Spark setting (repeatable)
@@ -11,12 +12,21 @@
 #   --keytab --proxy-user --repositories --exclude-packages VALUE
 #                         passed to spark-submit (--files, --archives and --py-files join
 #                         Ferry's own)
+#   --packages COORDS     Maven coordinates (group:artifact:version,...) for the driver's and
+#                         executors' classpaths; joined with Ferry's own (--delta), as is a
+#                         spark.jars.packages of the user's (--conf, the properties file)
+#   --verbose, -v         spark-submit's own: it prints its arguments and settings (a JOB's
+#                         --verbose is Ferry's: tracebacks and Spark's logging on the console)
+#   --supervise           passed to spark-submit
+#   --version             print Ferry's version and spark-submit's, and exit
 # Non-local masters: client properties naming files (ssl.ca.location, ssl.certificate.location,
 # ssl.key.location, ssl.keystore.location, ssl.crl.location, sasl.kerberos.keytab) that are
 # files here are shipped with --files and the job is handed a config naming the copies; in
 # cluster deploy mode the --config file and a --from-file CSV are shipped too and the job is
 # handed their names (lib/ferry/shipping.py). Two files shipped under one name are an error.
-#   --packages            add the Delta Lake jars matching the installed Spark (= FERRY_PACKAGES=1)
+# Ferry's own options:
+#   --delta               add the Delta Lake jars matching the installed Spark (= FERRY_DELTA=1),
+#                         to write the ledger and other tables with delta-spark (hdfs://, s3a://)
 #   --no-ship-env         for a non-local master, do not ship build/ferry-env.tar.gz: the nodes
 #                         (a Kubernetes image, say) already carry Ferry's Python environment;
 #                         name its interpreter with --conf spark.pyspark.python=PATH
@@ -28,9 +38,12 @@
 # YARN /user/$USER/.ferry/results on the cluster's default filesystem, on Kubernetes
 # ferry-results under spark.kubernetes.file.upload.path.
 # Environment:
-#   FERRY_PACKAGES=1      as --packages;  FERRY_KAFKA_PACKAGE=1 also adds Spark's Kafka connector
+#   FERRY_DELTA=1         as --delta (FERRY_PACKAGES=1, its old name, too); with it
+#                         FERRY_KAFKA_PACKAGE=1 also adds Spark's Kafka connector
 #   FERRY_SPARK_SUBMIT    the spark-submit to use (default: the one from .venv's pyspark)
 #   FERRY_LOG_DIR         where each run's Spark log file goes (default: var/log)
+#   FERRY_ENV_DIR         where the shipped environment is kept by content hash, a Hadoop URI
+#                         (default on YARN: /user/$USER/.ferry/env; none: upload every time)
 #   PYSPARK_PYTHON        local masters: the Python workers' interpreter (default: .venv's)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,7 +59,7 @@ jobs_list() {
 }
 usage() {
   echo "usage: $0 [--master URL] [--deploy-mode MODE] [--conf K=V ...] [spark-submit options]" \
-    "[--packages] [--no-ship-env] [--print-command] JOB [ARGS...]" >&2
+    "[--delta] [--no-ship-env] [--print-command] JOB [ARGS...]" >&2
   echo "jobs: $(jobs_list)" >&2
   exit 2
 }
@@ -60,18 +73,26 @@ SUBMIT="${FERRY_SPARK_SUBMIT:-$(dirname "$PY")/spark-submit}"
 
 MASTER="${SPARK_MASTER:-local[*]}"
 DEPLOY_MODE=client
-PACKAGES="${FERRY_PACKAGES:-0}"
+DELTA="${FERRY_DELTA:-${FERRY_PACKAGES:-0}}"
 SHIP_ENV=1
 PRINT=0
+SHOW_VERSION=0
+SUBMIT_VERBOSE=0
 USER_ARGS=()
+USER_FLAGS=()       # spark-submit's own switches (--verbose, --supervise)
+USER_PACKAGES=""    # spark-submit's --packages, as the user gave it
+PROPERTIES_FILE=""
 USER_CONFS=()
 USER_ARCHIVES=""
 USER_PY_FILES=""
 USER_FILES=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --packages) PACKAGES=1; shift; continue ;;
+    --delta) DELTA=1; shift; continue ;;
     --no-ship-env) SHIP_ENV=0; shift; continue ;;
+    --version) SHOW_VERSION=1; shift; continue ;;
+    --verbose|-v) USER_FLAGS+=(--verbose); SUBMIT_VERBOSE=1; shift; continue ;;
+    --supervise) USER_FLAGS+=(--supervise); shift; continue ;;
     --print-command) PRINT=1; shift; continue ;;
     -h|--help) usage ;;
     --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}"; continue ;;
@@ -86,10 +107,24 @@ while [ $# -gt 0 ]; do
     --files) USER_FILES="$2" ;;
     --py-files) USER_PY_FILES="$2" ;;
     --driver-java-options) USER_CONFS+=("spark.driver.extraJavaOptions=$2") ;;
+    --packages)
+      # spark-submit's meaning: Maven coordinates. Before, Ferry's Delta switch had this name.
+      [[ "$2" == *:* ]] || die_usage "--packages takes Maven coordinates\
+ (group:artifact:version,...), not '$2'; Ferry's Delta Lake jars: --delta"
+      USER_PACKAGES="$2" ;;
+    --properties-file) PROPERTIES_FILE="$2"; USER_ARGS+=("$1" "$2") ;;
     *) [[ "$PASS_THROUGH" == *" $1 "* ]] || die_usage "unknown option $1"; USER_ARGS+=("$1" "$2") ;;
   esac
   shift 2
 done
+if [ "$SHOW_VERSION" = 1 ]; then
+  # Ferry's version on stdout, then spark-submit's own banner (which it prints on stderr)
+  PYTHONPATH="$ROOT/lib" "$PY" -c 'from ferry.cli import version_line; print(version_line())'
+  # (Spark's start-up warnings go nowhere: the banner is all that was asked for)
+  export SPARK_SUBMIT_OPTS="-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties\
+ -Dferry.log.file=/dev/null${SPARK_SUBMIT_OPTS:+ $SPARK_SUBMIT_OPTS}"
+  PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$PY}" exec "$SUBMIT" --version
+fi
 [ $# -ge 1 ] || usage
 JOB="$1"; shift
 JOB_FILE="$ROOT/jobs/${JOB//-/_}.py"
@@ -140,7 +175,7 @@ if [ "$LOCAL" = 0 ] && [ "$SHIP_ENV" = 1 ] && ! has_user_conf spark.pyspark.pyth
 ENV_ARCHIVE="$ROOT/build/ferry-env.tar.gz"
 if [ "$SHIP" = 1 ]; then
   if [ ! -f "$ENV_ARCHIVE" ] || [ ! -d "$ROOT/build/env" ] || [ ! -x "$ROOT/build/driver-python" ] ||
-     [ "$ROOT/setup.py" -nt "$ENV_ARCHIVE" ]; then
+     [ ! -f "$ENV_ARCHIVE.sha256" ] || [ "$ROOT/setup.py" -nt "$ENV_ARCHIVE" ]; then
     if [ "$PRINT" = 1 ]; then
       echo "note: $ENV_ARCHIVE is missing or out of date; 'make package' builds it" >&2
     else
@@ -151,12 +186,32 @@ if [ "$SHIP" = 1 ]; then
     fi
   fi
   ENV_PY=./environment/bin/python
-  ARCHIVES="$ENV_ARCHIVE#environment${ARCHIVES:+,$ARCHIVES}"
+  # Uploaded once per content: YARN (and FERRY_ENV_DIR, a Hadoop URI the nodes reach, on any
+  # master) references a copy named by the archive's sha256 on the cluster's filesystem, put
+  # there only when missing, instead of spark-submit uploading it again with every job.
+  ENV_DIR_URI="${FERRY_ENV_DIR:-}"
+  case "$MASTER" in yarn*) [ -n "$ENV_DIR_URI" ] || ENV_DIR_URI="/user/${USER:-$(id -un)}/.ferry/env" ;; esac
+  ENV_URI="$ENV_ARCHIVE"
+  if [ -n "$ENV_DIR_URI" ] && [ "$ENV_DIR_URI" != none ]; then
+    if [ "$PRINT" = 1 ]; then
+      ENV_URI="$("$PY" "$ROOT/lib/ferry/packaging.py" publish "$ENV_DIR_URI" --print)" || exit 1
+      echo "note: a run first puts $ENV_ARCHIVE at $ENV_URI when it is not there" >&2
+    else
+      ENV_URI="$("$PY" "$ROOT/lib/ferry/packaging.py" publish "$ENV_DIR_URI")" || exit 1
+    fi
+  fi
+  ARCHIVES="$ENV_URI#environment${ARCHIVES:+,$ARCHIVES}"
+  # The node's Python must be the driver's minor (PySpark refuses workers of another), when
+  # the environment holds more than one (FERRY_PYTHONS).
+  DRIVER_MINOR="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  DEFAULTS+=("spark.executorEnv.FERRY_PYTHON_MINOR=$DRIVER_MINOR")
   DEFAULTS+=("spark.pyspark.python=$ENV_PY")
   if [ "$DEPLOY_MODE" = cluster ]; then
     case "$MASTER" in
-      yarn*) DEFAULTS+=("spark.yarn.appMasterEnv.PYSPARK_PYTHON=$ENV_PY") ;;
-      k8s://*) DEFAULTS+=("spark.kubernetes.driverEnv.PYSPARK_PYTHON=$ENV_PY") ;;
+      yarn*) DEFAULTS+=("spark.yarn.appMasterEnv.PYSPARK_PYTHON=$ENV_PY"
+        "spark.yarn.appMasterEnv.FERRY_PYTHON_MINOR=$DRIVER_MINOR") ;;
+      k8s://*) DEFAULTS+=("spark.kubernetes.driverEnv.PYSPARK_PYTHON=$ENV_PY"
+        "spark.kubernetes.driverEnv.FERRY_PYTHON_MINOR=$DRIVER_MINOR") ;;
     esac
   else
     # The driver JVM plans Python data sources in Python workers started with the executors'
@@ -169,7 +224,8 @@ if [ "$SHIP" = 1 ]; then
       ln -sfn ../env "$RUN_DIR/.environment.$$" && mv -T "$RUN_DIR/.environment.$$" "$RUN_DIR/environment"
     fi
     DEFAULTS+=("spark.pyspark.driver.python=$ROOT/build/driver-python")
-    ENVS+=("FERRY_CALLER_CWD=$PWD" "FERRY_DRIVER_PYTHON=$PY")
+    # Those workers run the environment with the driver's own interpreter.
+    ENVS+=("FERRY_CALLER_CWD=$PWD" "FERRY_DRIVER_PYTHON=$PY" "FERRY_NODE_PYTHON=$PY")
   fi
 elif [ "$LOCAL" = 1 ]; then
   ENVS+=("PYSPARK_PYTHON=${PYSPARK_PYTHON:-$PY}")
@@ -178,18 +234,52 @@ elif [ "$DEPLOY_MODE" = client ]; then
 fi
 [ "$DEPLOY_MODE" = client ] && ENVS+=("PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$PY}")
 
-if [ "$PACKAGES" = "1" ]; then
-  COORDS="$("$PY" - <<'PYCOORD'
-import importlib.metadata as md, os
+# spark-submit takes one package list (--packages, else spark.jars.packages from --conf, else
+# from the properties file) and --packages replaces the others: Ferry's own coordinates are
+# joined to the user's list, wherever the user gave it.
+PACKAGES="$USER_PACKAGES"
+if [ "$DELTA" = "1" ]; then
+  has_user_conf spark.jars.packages && export FERRY_USER_CONF_PACKAGES="$(user_conf spark.jars.packages)"
+  PACKAGES="$(FERRY_USER_PACKAGES="$USER_PACKAGES" FERRY_PROPERTIES_FILE="$PROPERTIES_FILE" \
+    "$PY" - <<'PYCOORD'
+import importlib.metadata as md, os, re
+from pathlib import Path
+
+def properties_file_packages():
+    path = os.environ["FERRY_PROPERTIES_FILE"]
+    if not path:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            import importlib.util
+            home = os.path.dirname(importlib.util.find_spec("pyspark").origin)
+        path = os.path.join(os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf"),
+                            "spark-defaults.conf")
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return ""
+    value = ""
+    for line in lines:
+        found = re.match(r"\s*spark\.jars\.packages\s*(?:[=:]\s*|\s+)(.*)$", line)
+        if found:
+            value = found.group(1).strip()
+    return value
+
 spark = md.version("pyspark"); delta = md.version("delta-spark")
 mm = ".".join(spark.split(".")[:2])
-coords = [f"io.delta:delta-spark_{mm}_2.13:{delta}"]
+ferry = [f"io.delta:delta-spark_{mm}_2.13:{delta}"]
 if os.environ.get("FERRY_KAFKA_PACKAGE") == "1":
-    coords.append(f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark}")
-print(",".join(coords))
+    ferry.append(f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark}")
+user = os.environ["FERRY_USER_PACKAGES"]
+if not user:
+    user = os.environ.get("FERRY_USER_CONF_PACKAGES")
+    if user is None:
+        user = properties_file_packages()
+coords = [c.strip() for c in user.split(",") if c.strip()]
+print(",".join(coords + [c for c in ferry if c not in coords]))
 PYCOORD
 )"
-  USER_ARGS=(--packages "$COORDS" "${USER_ARGS[@]}")
+  unset FERRY_USER_CONF_PACKAGES
   DEFAULTS+=(spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
     spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
   # Every run opens tables other runs wrote, so delta-spark rebuilds each snapshot from its
@@ -290,7 +380,8 @@ CMD=("$SUBMIT" --master "$MASTER" --deploy-mode "$DEPLOY_MODE" --name "ferry-$JO
   --py-files "$LIB_ZIP${USER_PY_FILES:+,$USER_PY_FILES}")
 [ -n "$ARCHIVES" ] && CMD+=(--archives "$ARCHIVES")
 [ -n "$FILES" ] && CMD+=(--files "$FILES")
-CMD+=("${USER_ARGS[@]}")
+[ -n "$PACKAGES" ] && CMD+=(--packages "$PACKAGES")
+CMD+=("${USER_FLAGS[@]}" "${USER_ARGS[@]}")
 for c in "${DEFAULTS[@]}" "${USER_CONFS[@]}" "${FINAL[@]}"; do CMD+=(--conf "$c"); done
 CMD+=("$JOB_FILE" "${JOB_ARGS[@]}")
 
@@ -309,7 +400,7 @@ if [ -n "$RESULT_URI" ]; then
     export SPARK_HOME="$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
   [ "$VERBOSE" = 1 ] || mkdir -p "$LOG_DIR"
   submit_code=0
-  if [ "$VERBOSE" = 1 ]; then "${CMD[@]}" >&2 || submit_code=$?
+  if [ "$VERBOSE" = 1 ] || [ "$SUBMIT_VERBOSE" = 1 ]; then "${CMD[@]}" >&2 || submit_code=$?
   else "${CMD[@]}" >>"$LOG_FILE" 2>&1 || submit_code=$?; fi
   result_code=0
   PYTHONPATH="$ROOT/lib" "$PY" -m ferry.result read "$RESULT_URI" || result_code=$?
@@ -326,16 +417,14 @@ fi
 # progress and errors into `-o json` output. After exec this shell's pid is the JVM's, the
 # driver's parent: the driver writes its stderr to the JVM's own stderr through /proc (lib/ferry/cli.py).
 [ -e "/proc/$$/fd/2" ] && export FERRY_STDERR_OF_PID="$$"
-# A Java stack trace on the console is never Ferry's word: a JVM thread that dies uncaught (Py4J's
-# reader out of memory, say) prints one beside the job's one-line error, which names the log
-# file. Its lines go to that file; every other line of stderr (the JVM's own start-up errors
-# included) reaches the console as before. --verbose keeps the console untouched.
+# The JVM's stderr (the Python driver's too, above) reaches the console through
+# lib/ferry/console.py, line by line as it is written: Java stack traces and Ivy's report for
+# --packages go to the run's log file, a spark-submit that cannot start the job says so in one
+# `error:` line, every other line is passed on at once. (An awk filter here was block-buffered
+# by mawk, Debian's awk: a run's progress reached the console when the run ended.)
+# --verbose keeps the console untouched.
 if [ "$VERBOSE" = 0 ]; then
-  exec 2> >(awk -v logfile="$LOG_FILE" '
-    /^Exception in thread "|^\tat |^Caused by: |^\tSuppressed: |^\t\.\.\. [0-9]+ more/ {
-      print >> logfile; fflush(logfile); next
-    }
-    { print; fflush() }' >&2)
+  exec 2> >(PYTHONPATH="$ROOT/lib" exec "$PY" -m ferry.console "$LOG_FILE" >&2)
 fi
 for e in "${ENVS[@]}"; do export "${e?}"; done
 [ -z "$RUN_DIR" ] || cd "$RUN_DIR"

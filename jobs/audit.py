@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 
-from ferry import audit, migrate
+from ferry import audit, kafka, migrate
 from ferry.cli import (
     ArgumentParser,
     Progress,
@@ -29,7 +29,7 @@ from ferry.cli import (
     exit_process,
     run,
 )
-from ferry.config import load_config, require
+from ferry.config import load_config, require, require_shared
 from ferry.groups.selection import require_groups
 from ferry.session import start_session
 from ferry.status import GroupState
@@ -49,12 +49,14 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.set)
     require(cfg, "source", "destination")
+    require_shared(cfg, "audit.path")
     check_regex("--group", args.group)
-    progress = Progress(not args.quiet)
-    src, dst = cfg.client("source"), cfg.client("destination")
+    run_id, audited_at = new_run_id("audit"), datetime.now(timezone.utc)
+    progress = Progress(not args.quiet, "audit", run_id)
+    src = kafka.Cluster.from_config(cfg, "source")
+    dst = kafka.Cluster.from_config(cfg, "destination")
     # The session starts while discovery asks both clusters about every group.
     session = start_session("ferry-audit")
-    run_id, audited_at = new_run_id("audit"), datetime.now(timezone.utc)
 
     progress("discovering groups")
     disc = migrate.discover(

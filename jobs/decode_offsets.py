@@ -69,8 +69,9 @@ def main(argv: list[str]) -> int:
     require(
         cfg, "cluster", "offsets.commits_path", "offsets.groups_path", "offsets.quarantine_path"
     )
-    progress = Progress(not args.quiet)
-    cluster = cfg.client("cluster")
+    run_id = new_run_id("decode-offsets")
+    progress = Progress(not args.quiet, "decode-offsets", run_id)
+    cluster = kafka.Cluster.from_config(cfg, "cluster")
 
     partitions = kafka.list_topics(cluster, include_internal=True).get(args.topic)
     if partitions is None:
@@ -93,7 +94,6 @@ def main(argv: list[str]) -> int:
     try:
         counts = tables.kind_counts(decoded_df)
         progress(f"decoded {sum(n for n, _ in counts.values())} records; writing")
-        run_id = new_run_id("decode-offsets")
         outputs = (
             (tables.filter_offset_commits, cfg.offsets.commits_path),
             (tables.filter_group_metadata, cfg.offsets.groups_path),

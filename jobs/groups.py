@@ -25,7 +25,7 @@ from ferry import kafka
 from ferry.cli import ArgumentParser, Progress, add_common_arguments, exit_process, run
 from ferry.config import load_config, require
 from ferry.errors import EXIT_OK, NoGroupsError, UsageError
-from ferry.groups import apply, changes, describe, reset, selection
+from ferry.groups import apply, describe, plans, reset, selection
 from ferry.session import build_session, start_session
 from ferry.write import rollback
 from ferry.write.ledger import Ledger, new_run_id
@@ -90,7 +90,7 @@ def parse_args(argv: list[str]):  # noqa: ANN201
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.set)
-    progress = Progress(not args.quiet)
+    progress = Progress(not args.quiet, f"groups {args.verb}")
     if args.verb == "rollback":
         if args.run_id and args.rollback_id and args.run_id != args.rollback_id:
             raise UsageError("give the run id once: RUN_ID or --rollback RUN_ID")
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
             raise UsageError("rollback needs the RUN_ID of a copy, reset or delete run")
         return rollback.rollback_job(cfg, "cluster", run_id, args.execute, args.output, progress)
     require(cfg, "cluster", *(["ledger.path"] if getattr(args, "execute", False) else []))
-    cluster = cfg.client("cluster")
+    cluster = kafka.Cluster.from_config(cfg, "cluster")
     kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     if args.verb in ("copy", "describe"):
         selection.check_regex("--topic", args.topic)
@@ -127,6 +127,7 @@ def main(argv: list[str]) -> int:
     if args.execute:
         spark = build_session(f"ferry-groups-{args.verb}")
         ledger = Ledger(spark, cfg.ledger.path, new_run_id(args.verb), args.verb, True)
+        progress.run_id = ledger.run_id
     write = partial(apply.write, cluster=cluster, run_ledger=ledger, lease_ms=cfg.ledger.lease_ms,
                     batch_groups=cfg.admin.batch_groups, progress=progress,
                     allow_rewind=getattr(args, "allow_rewind", False))  # fmt: skip
@@ -138,7 +139,7 @@ def main(argv: list[str]) -> int:
         planned = write(apply.plan_reset(cluster, chosen, spec, value, progress))
     else:
         names = selection.matching_groups(cluster, args.group)
-        planned = write(changes.plan_delete(names, describe.fetch_groups(cluster, names)))
+        planned = write(plans.plan_delete(names, describe.fetch_groups(cluster, names)))
     export = getattr(args, "export", False)
     return apply.report(planned, args.verb, args.execute, args.output, export, ledger)
 

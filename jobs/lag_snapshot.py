@@ -41,9 +41,9 @@ def main(argv: list[str]) -> int:
     cfg = load_config(args.config, args.set)
     require(cfg, "cluster", "history.path")
     check_regex("--group", args.group)
-    cluster = cfg.client("cluster")
+    cluster = kafka.Cluster.from_config(cfg, "cluster")
     kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
-    progress = Progress(not args.quiet)
+    progress = Progress(not args.quiet, "lag-snapshot")
 
     names = selection.matching_groups(cluster, args.group, cfg.groups)
     state = describe.fetch_groups(cluster, names)

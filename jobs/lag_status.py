@@ -30,7 +30,7 @@ from ferry.cli import (
     print_summary,
     run,
 )
-from ferry.config import load_config, require
+from ferry.config import load_config, require, require_shared
 from ferry.errors import EXIT_OK, FerryError, UsageError
 from ferry.lag import evaluation, history, report
 from ferry.session import build_session
@@ -55,6 +55,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     cfg = load_config(args.config, args.set)
     require(cfg, "history.path")
+    require_shared(cfg, "history.status_path")
     window = cfg.history.window if args.window is None else args.window
     allowed_lag = cfg.history.allowed_lag if args.allowed_lag is None else args.allowed_lag
     if window < 1:
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--allowed-lag must be >= 0, got {allowed_lag}")
     check_regex("--group", args.group)
     now_ms = parse_time(args.now, "--now") if args.now is not None else None
-    progress = Progress(not args.quiet)
+    progress = Progress(not args.quiet, "lag-status")
     path = cfg.history.path
     if not delta.exists(path):
         raise FerryError(f"no lag history at history.path {path} (run lag-snapshot first)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ferry import migrate
+from ferry import kafka, migrate
 from ferry.checkpoint import job as positions_job
 from ferry.cli import (
     ArgumentParser,
@@ -79,15 +79,19 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     wait_s = parse_span(args.wait, "--wait") if args.wait else 0.0
     cfg = load_config(args.config, args.set)
-    progress = Progress(not args.quiet)
     if positions_job.is_requested(args):  # a checkpoint's or a list's positions, not groups
+        progress = Progress(not args.quiet, "migrate --checkpoint/--positions")
         return positions_job.main(args, cfg, progress, parse_span(args.idle, "--idle"))
     if args.rollback:
+        progress = Progress(not args.quiet, f"migrate --rollback {args.rollback}")
         return rollback.rollback_job(
             cfg, "destination", args.rollback, args.execute, args.output, progress
         )
+    run_id = new_run_id("migrate")
+    progress = Progress(not args.quiet, "migrate", run_id)
     require(cfg, "source", "destination", "ledger.path")
-    src, dst = cfg.client("source"), cfg.client("destination")
+    src = kafka.Cluster.from_config(cfg, "source")
+    dst = kafka.Cluster.from_config(cfg, "destination")
     # The session starts while discovery asks both clusters about every group (seconds for
     # 10,000 groups); neither waits for the other.
     session = start_session("ferry-migrate")
@@ -110,7 +114,7 @@ def main(argv: list[str]) -> int:
         args.allow_active_source,
         progress,
     )
-    ledger = Ledger(spark, cfg.ledger.path, new_run_id("migrate"), "migrate", args.execute)
+    ledger = Ledger(spark, cfg.ledger.path, run_id, "migrate", args.execute)
     counts = None  # a dry run's differences (records) for groups already at or past the plan
     if args.execute:
         migrate.commit_groups(

@@ -78,6 +78,19 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def version_line() -> str:
+    """What `--version` prints: Ferry's version and the PySpark it runs on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ferry.version import ferry_version
+
+    try:
+        pyspark = version("pyspark")
+    except PackageNotFoundError:
+        pyspark = "unknown"  # a cluster's container runs Spark's own pyspark.zip
+    return f"ferry {ferry_version()} (pyspark {pyspark})"
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:
     parser.add_argument("--config", help="YAML config file (see conf/)")
     parser.add_argument(
@@ -90,6 +103,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, output: bool = True) -
     if output:
         parser.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks and Spark logs")
+    parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
         "--print-config",
@@ -399,12 +413,26 @@ def exit_process(code: int) -> NoReturn:
 
 
 class Progress:
-    """Timestamped progress lines on stderr (stdout stays clean for -o json/csv)."""
+    """Timestamped progress lines on stderr (stdout stays clean for -o json/csv), each written
+    the moment it is said (`flush`). Each line is also the description of the Spark jobs
+    started after it, until the next (the Spark UI's and the History Server's job and SQL
+    pages): `migrate run migrate-…: source: reading 1145 ranges …`, so an operator can tell
+    which stage of a slow run is slow. `job` names the Ferry job, `run_id` (when the run has
+    one; settable later) its run; with `enabled` false (--quiet) only the descriptions stay."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, job: str = "ferry", run_id: str = "") -> None:
         self.enabled = enabled
+        self.job = job
+        self.run_id = run_id
         self.start = time.monotonic()
+
+    def description(self, message: str) -> str:
+        run = f" run {self.run_id}" if self.run_id else ""
+        return f"{self.job}{run}: {message}"
 
     def __call__(self, message: str) -> None:
         if self.enabled:
             print(f"[{time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True)
+        from ferry.session import describe_jobs
+
+        describe_jobs(self.description(message))

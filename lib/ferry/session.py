@@ -66,6 +66,7 @@ def build_session(app_name: str = "ferry") -> SparkSession:
         level = os.environ.get("FERRY_SPARK_LOG")
         if level:
             spark.sparkContext.setLogLevel(level)
+        _describe(spark.sparkContext)
     # The ferry-kafka data source is registered by its first read (ferry.kafka.source):
     # registering starts a Python worker that small runs, which read on the driver, skip.
     return spark
@@ -78,7 +79,39 @@ def start_session(app_name: str = "ferry") -> Callable[[], SparkSession]:
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-session")
     future = pool.submit(build_session, app_name)
     pool.shutdown(wait=False)
-    return future.result
+
+    def wait() -> SparkSession:
+        spark = future.result()
+        _describe(spark.sparkContext)  # in the caller's thread, which starts the jobs
+        return spark
+
+    return wait
+
+
+# What the Spark jobs started from now on are about (`describe_jobs`); None until said.
+_description: str | None = None
+
+
+def describe_jobs(text: str) -> None:
+    """Describe the Spark jobs the calling thread starts from now on (`spark.job.description`:
+    the Spark UI's, YARN's and the History Server's name for them, instead of Spark's generic
+    `collect at …`). Said before the session exists, it is given to the session once built.
+    ferry.cli's Progress calls this with every progress line."""
+    global _description
+    _description = text
+    context = SparkContext._active_spark_context
+    if context is not None and getattr(context, "_jsc", None) is not None:
+        _describe(context)
+
+
+def _describe(context: SparkContext) -> None:
+    # A local property of the calling thread (PySpark pins each Python thread to a JVM
+    # thread); the jobs are started by the thread that prints the progress.
+    if _description is not None:
+        try:
+            context.setJobDescription(_description)
+        except Exception:  # noqa: BLE001 - a description must never fail a run
+            pass
 
 
 def _under_spark_submit() -> bool:

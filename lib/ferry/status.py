@@ -128,6 +128,11 @@ class GroupStatus(_Named):
     UNRESOLVED = "UNRESOLVED"
     FAILED = "FAILED"
     UNKNOWN = "UNKNOWN"  # sent, but whether it landed could not be learned
+    # a rollback's (docs/jobs/migrate.md#rollback)
+    RESTORED = "RESTORED"  # written back to the offsets it had before the run
+    ALREADY_RESTORED = "ALREADY_RESTORED"  # found at them (an earlier try, or never written)
+    MOVED = "MOVED"  # no longer at the offsets the run wrote: left alone
+    WRITTEN_SINCE = "WRITTEN_SINCE"  # a later run (may have) written it: left alone
 
     @property
     def is_done(self) -> bool:
@@ -146,6 +151,8 @@ DONE_STATUSES = frozenset(
         GroupStatus.ALREADY_MIGRATED,
         GroupStatus.ALREADY_COPIED,
         GroupStatus.NOTHING_TO_MIGRATE,
+        GroupStatus.RESTORED,
+        GroupStatus.ALREADY_RESTORED,
     }
 )
 RETRY_STATUSES = frozenset({GroupStatus.PENDING, GroupStatus.CLAIMED})

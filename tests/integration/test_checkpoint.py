@@ -389,6 +389,11 @@ def test_the_rewrite_changes_the_kafka_line_only(copied_topic, tmp_path):
     (run,) = [p.name for p in (path / "ferry").iterdir()]
     assert offsets_files(path / "ferry" / run / "original") == before
     assert offsets_files(path / "ferry" / run / "translated") == after
+    # The next scheduled run, seconds later (the default --idle would call the checkpoint
+    # busy): it was translated, nothing to do.
+    again = run_job("migrate", "--config", config, "--checkpoint", str(path), "--execute")
+    assert again.code == 0 and f"ALREADY_MIGRATED by run {run}" in again.stdout, again.stderr
+    assert offsets_files(path) == after
 
 
 def test_a_batch_that_appears_during_the_run_stops_it_before_any_write(

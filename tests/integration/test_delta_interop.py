@@ -13,12 +13,12 @@ takes the `deltalake` path. The two take turns on two tables per kind:
     "dl"    old schema       full rows          full rows        read               read
     "spark"                  old schema         full rows        full rows, read    read
 
-"old schema": the columns a table had before Ferry added some (the ledger without `phase` and
-`row_time`, the audit table with its contract's first twelve), so the next writer's full rows
-merge new columns in — delta-spark into deltalake's table (S1), deltalake into delta-spark's
-(P2). The lag history has no older layout: its first rows are full ones. Run as a script
-(`python test_delta_interop.py WORKDIR`, under spark-submit) it is the delta-spark side; it
-waits for `p2.done` after S1 so the turns interleave with one JVM start.
+"old schema": the columns a table had before Ferry added some (the ledger without `phase`,
+`row_time` and `rollback_of`, the audit table with its contract's first twelve), so the next
+writer's full rows merge new columns in — delta-spark into deltalake's table (S1), deltalake
+into delta-spark's (P2). The lag history has no older layout: its first rows are full ones. Run
+as a script (`python test_delta_interop.py WORKDIR`, under spark-submit) it is the delta-spark
+side; it waits for `p2.done` after S1 so the turns interleave with one JVM start.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from pyspark.sql.types import StructType
 from ferry import delta
 from ferry.audit import table as audit_table
 from ferry.lag import history
+from ferry.version import ferry_version
 from ferry.write import ledger
 
 # A delta-spark driver of its own beside the test session: `make test-slow`.
@@ -52,7 +53,7 @@ SCHEMAS: dict[str, StructType] = {
     "audit": audit_table.AUDIT_SCHEMA,
 }
 # Columns of the older tables each module's docstring promises to keep appending to.
-OLD_COLUMNS: dict[str, int | None] = {"ledger": -2, "history": None, "audit": 12}
+OLD_COLUMNS: dict[str, int | None] = {"ledger": -3, "history": None, "audit": 12}
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 CLUSTER = "destination:9092"
 GROUP = "payments"
@@ -104,6 +105,7 @@ def rows(kind: str, step: str, old: bool = False) -> list[dict]:
                 "message": f"{step} p{partition}",
                 "phase": ledger.PHASE_INTENT,
                 "row_time": T0,  # Ledger.append sets the append's time: compared as set/unset
+                "rollback_of": None,  # a migrate run's (Ledger sets it: None but a rollback's)
             }
         elif kind == "history":
             row = {
@@ -403,17 +405,31 @@ def test_ledger_claims_and_commit_metadata_cross_writers(interop):
     def intent(step: str) -> dict:
         return {"ferry.run_id": run_id("ledger", step), "ferry.phase": ledger.PHASE_INTENT}
 
+    provenance = ("ferry.version", "ferry.spark_app_id", "ferry.user")
+
+    def run_part(commits) -> list:  # noqa: ANN001 - [version, userMetadata] pairs
+        return [[v, {k: x for k, x in m.items() if k not in provenance}] for v, m in commits]
+
     expected = {
         "dl": [[2, intent("p2")], [1, intent("s1")], [0, {}]],
         "spark": [[2, intent("s3")], [1, intent("p2")], [0, {}]],
     }
     for table, commits in expected.items():
-        assert child[f"commits:{table}"] == commits, table  # read by delta-spark
-        assert [list(c) for c in parent[f"commits:{table}"]] == commits, table  # by deltalake
+        assert run_part(child[f"commits:{table}"]) == commits, table  # read by delta-spark
+        assert run_part(parent[f"commits:{table}"]) == commits, table  # by deltalake
+        # Provenance (#41): every Ledger commit, whichever writer made it, names Ferry's
+        # version, its Spark application and the user; the two sides are two applications.
+        apps = set()
+        for _, meta in parent[f"commits:{table}"]:
+            if meta:
+                assert meta["ferry.version"] == ferry_version(), meta
+                assert meta["ferry.user"] and meta["ferry.spark_app_id"], meta
+                apps.add(meta["ferry.spark_app_id"])
+        assert len(apps) == 2, apps
 
 
 def test_packages_coordinate_is_the_pinned_delta_for_the_installed_spark():
-    """`--packages` asks for delta-spark built for the installed Spark, at the version setup.py
+    """`--delta` asks for delta-spark built for the installed Spark, at the version setup.py
     pins exactly (PyPI can carry a delta-spark whose jars Maven does not), from the mirror
     FERRY_MAVEN_MIRROR names when set."""
     import importlib.metadata as md
@@ -421,7 +437,7 @@ def test_packages_coordinate_is_the_pinned_delta_for_the_installed_spark():
 
     mirror = "https://nexus.example/repository/maven-central/"
     printed = subprocess.run(
-        [str(ROOT / "spark-submit.sh"), "--packages", "--print-command", "lag-status"],
+        [str(ROOT / "spark-submit.sh"), "--delta", "--print-command", "lag-status"],
         capture_output=True, text=True, check=True, cwd=ROOT,
         env={**os.environ, "FERRY_MAVEN_MIRROR": mirror},
     ).stdout  # fmt: skip

@@ -125,6 +125,20 @@ def test_a_partition_the_destination_lacks_is_unresolved_exit_1(world, tmp_path)
     assert f"not translated: {path} line 2" in result.stderr
 
 
+def test_a_position_the_replica_has_not_reached_is_pending_exit_75(world, tmp_path):
+    topic = f"{world['u']}-late"
+    create_topics(world["src"].config, {topic: 1})
+    create_topics(world["dst"].config, {f"copy.{topic}": 1})
+    late = records("late", 30)
+    produce(world["src"].config, topic, 0, late)
+    produce(world["dst"].config, f"copy.{topic}", 0, late[:10])  # the replica is behind
+    path = tmp_path / "late.csv"
+    path.write_text(f"{topic},0,5\n{topic},0,25\n")
+    result = run_job("migrate", "--config", world["config"], "--positions", str(path), "-o", "json")
+    assert result.code == 75, result.stderr
+    assert [r["status"] for r in json.loads(result.stdout)] == ["MATCHED", "PENDING"]
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

@@ -83,11 +83,17 @@ def printed(*args: str) -> Printed:
 
 
 def test_yarn_and_kubernetes_commands_ship_the_environment():
-    archive = f"{ROOT}/build/ferry-env.tar.gz#environment"
     for master in ("yarn", "k8s://https://kube:6443"):
+        # YARN: the copy named by the archive's content on the cluster's filesystem
+        # (lib/ferry/packaging.py publish), uploaded by a run only when missing
+        archive = (
+            re.escape(f"{ROOT}/build/ferry-env.tar.gz#environment")
+            if master != "yarn"
+            else r"(hdfs://[^/]+)?/user/[^/]+/\.ferry/env/ferry-env-[0-9a-f]{64}\.tar\.gz#environment"
+        )
         client = printed("--master", master, "migrate", "--config", "m.yaml")
         assert client.option("--master") == master and client.option("--deploy-mode") == "client"
-        assert client.option("--archives") == archive
+        assert re.fullmatch(archive, client.option("--archives") or ""), client.argv
         assert client.confs["spark.pyspark.python"] == ENV_PY
         # the driver stays on this machine's virtualenv; its own Python workers (data source
         # planning) find ./environment in the directory the driver JVM runs in
@@ -99,7 +105,7 @@ def test_yarn_and_kubernetes_commands_ship_the_environment():
         cluster = printed("--master", master, "--deploy-mode", "cluster", "--num-executors",
                           "4", "--archives", "extra.zip#x", "migrate")  # fmt: skip
         assert cluster.option("--deploy-mode") == "cluster" and cluster.cwd is None
-        assert cluster.option("--archives") == f"{archive},extra.zip#x"
+        assert re.fullmatch(f"{archive},extra\\.zip#x", cluster.option("--archives") or "")
         assert cluster.option("--num-executors") == "4"
         assert cluster.confs["spark.pyspark.python"] == ENV_PY
         assert "spark.pyspark.driver.python" not in cluster.confs
@@ -460,3 +466,115 @@ def test_kubernetes_cluster_mode_reports_the_jobs_result_from_a_shared_path(tmp_
     assert none.returncode == 1 and none.stdout == ""
     [line] = none.stderr.splitlines()
     assert line.startswith("error: the application ended without recording Ferry's result")
+
+
+USER_PACKAGE = "org.jetbrains:annotations:26.0.2"  # one small jar on Maven Central, no deps
+USER_CLASS = "org.jetbrains.annotations.NotNull"
+
+
+def delta_coordinate() -> str:
+    import importlib.metadata as md
+
+    spark = ".".join(md.version("pyspark").split(".")[:2])
+    return f"io.delta:delta-spark_{spark}_2.13:{md.version('delta-spark')}"
+
+
+def test_spark_submits_own_options_keep_their_meaning(tmp_path):
+    """Options before the job are spark-submit's: --packages takes coordinates, joined with
+    Ferry's Delta jars (--delta) wherever the user's list came from; --verbose and --supervise
+    reach spark-submit; a job's own --verbose stays the job's."""
+    delta = delta_coordinate()
+    both = printed("--packages", USER_PACKAGE, "--delta", "groups", "list")
+    assert both.option("--packages") == f"{USER_PACKAGE},{delta}"
+    assert both.confs["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    alone = printed("--packages", f"{USER_PACKAGE},a.b:c:1", "groups", "list")
+    assert alone.option("--packages") == f"{USER_PACKAGE},a.b:c:1"
+    assert "spark.sql.extensions" not in alone.confs
+    assert printed("--delta", "groups", "list").option("--packages") == delta
+    # a spark.jars.packages of the user's, from --conf or a properties file, is kept
+    conf = printed("--conf", f"spark.jars.packages={USER_PACKAGE}", "--delta", "groups", "list")
+    assert conf.option("--packages") == f"{USER_PACKAGE},{delta}"
+    properties = tmp_path / "mine.conf"
+    properties.write_text(f"spark.jars.packages  {USER_PACKAGE}\n")
+    from_file = printed("--properties-file", str(properties), "--delta", "groups", "list")
+    assert from_file.option("--packages") == f"{USER_PACKAGE},{delta}"
+    assert from_file.option("--properties-file") == str(properties)
+    (tmp_path / "spark-defaults.conf").write_text(f"spark.jars.packages={USER_PACKAGE}\n")
+    defaults = printed_with({"SPARK_CONF_DIR": str(tmp_path)}, "--delta", "groups", "list")
+    assert defaults.option("--packages") == f"{USER_PACKAGE},{delta}"
+
+    flags = printed("--verbose", "--supervise", "groups", "list", "--verbose")
+    job = flags.argv.index(f"{ROOT}/jobs/groups.py")
+    assert {"--verbose", "--supervise"} <= set(flags.argv[:job])
+    assert flags.argv[job:] == [f"{ROOT}/jobs/groups.py", "list", "--verbose"]
+    assert "--verbose" in printed("-v", "groups", "list").argv
+
+    # the old Delta switch, followed by the job: one line naming the new one
+    old = submit("--packages", "migrate", "--config", "m.yaml")
+    assert old.returncode == 2
+    [line] = old.stderr.splitlines()
+    assert line.startswith("error: --packages takes Maven coordinates") and "--delta" in line
+
+
+def test_version_names_ferry_and_spark():
+    import importlib.metadata as md
+
+    result = submit("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"ferry {md.version('ferry')} (pyspark {md.version('pyspark')})\n"
+    assert f"version {md.version('pyspark')}" in result.stderr  # spark-submit's own banner
+    assert not re.search(r"\bWARN\b", result.stderr), result.stderr  # nor Spark's warnings
+
+
+PROBE = """\
+import sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
+utils = spark.sparkContext._jvm.org.apache.spark.util.Utils
+for name in sys.argv[1:]:
+    try:
+        utils.classForName(name, False, False)  # through Spark's loader, as the jobs load
+        print("loaded", name)
+    except Exception as exc:
+        print("missing", name, type(exc).__name__)
+"""
+
+
+def test_packages_of_the_user_load_beside_ferrys_and_ivy_stays_off_the_console(tmp_path):
+    """A real local run with a user's coordinate and Ferry's Delta jars: Ivy's resolution report
+    goes to the run's log file, so a config error is the console's one line; and both jars'
+    classes load in a driver started with the command spark-submit.sh builds."""
+    logs = tmp_path / "log"
+    args = ("--packages", USER_PACKAGE, "--delta", "groups", "list")
+    bad = submit(*args, "--config", str(tmp_path / "missing.yaml"), FERRY_LOG_DIR=str(logs))
+    assert bad.returncode == 2, bad.stderr
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: cannot read config file"), bad.stderr
+    assert not re.search(r"^(::|\t)|Ivy|artifacts", bad.stderr, re.M), bad.stderr
+    [log] = logs.iterdir()
+    assert "found org.jetbrains#annotations;26.0.2" in log.read_text()  # Ivy's report
+    # a coordinate that does not resolve: spark-submit's failure in one line
+    missing = submit("--packages", "org.example.ferry:nothing:9.9", "groups", "list",
+                     FERRY_LOG_DIR=str(tmp_path / "log2"))  # fmt: skip
+    assert missing.returncode == 1
+    [line] = [x for x in missing.stderr.splitlines() if not x.startswith("WARNING: Using incub")]
+    assert line.startswith(
+        "error: spark-submit could not start the job: "
+        "[unresolved dependency: org.example.ferry#nothing;9.9: not found] (details: "
+    ), line
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    command = printed(*args)
+    job = command.argv.index(f"{ROOT}/jobs/groups.py")
+    run = subprocess.run(
+        [*command.argv[:job], str(probe), USER_CLASS, "io.delta.sql.DeltaSparkSessionExtension"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, **command.env}, cwd=command.cwd or ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines()[-2:] == [
+        f"loaded {USER_CLASS}",
+        "loaded io.delta.sql.DeltaSparkSessionExtension",
+    ], run.stdout

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import textwrap
@@ -168,7 +170,7 @@ def test_cluster_mode_migrate_with_its_ledger_on_hdfs(yarn, clusters, unique, tm
     ledger = f"{yarn.fs}/ferry/{unique}/ledger"
     config = migrate_config(tmp_path / "migrate.yaml", src, dst, unique, ledger)
 
-    first = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(config),
+    first = submit(yarn, tmp_path, "--delta", "migrate", "--config", str(config),
                    "--execute", "-o", "json")  # fmt: skip
     assert first.returncode == 75, first.stderr
     plan = {(r["group"], r["src_partition"]): r for r in json.loads(first.stdout)}
@@ -178,7 +180,7 @@ def test_cluster_mode_migrate_with_its_ledger_on_hdfs(yarn, clusters, unique, tm
     for group, offsets in want.items():
         assert committed(dst, group) == offsets, group
 
-    again = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(config),
+    again = submit(yarn, tmp_path, "--delta", "migrate", "--config", str(config),
                    "--execute", "-o", "json", mode="client")  # fmt: skip
     assert again.returncode == 75, again.stderr
     statuses = {r["group"]: r["group_status"] for r in json.loads(again.stdout)}
@@ -186,7 +188,7 @@ def test_cluster_mode_migrate_with_its_ledger_on_hdfs(yarn, clusters, unique, tm
 
     # audit on YARN (cluster mode), its history table on HDFS: the migrated group is exact.
     audit_path = f"{yarn.fs}/ferry/{unique}/audit"
-    audited = submit(yarn, tmp_path, "--packages", "audit", "--config", str(config),
+    audited = submit(yarn, tmp_path, "--delta", "audit", "--config", str(config),
                      "--set", f"audit.path={audit_path}", "-o", "json")  # fmt: skip
     doc = json.loads(audited.stdout)
     assert audited.returncode == doc["exit_code"], audited.stderr
@@ -218,13 +220,13 @@ def test_cluster_mode_reset_from_a_csv_and_lag_snapshot(yarn, cluster, unique, t
             """
         )
     )
-    reset = submit(yarn, tmp_path, "--packages", "groups", "reset", "--config", str(config),
+    reset = submit(yarn, tmp_path, "--delta", "groups", "reset", "--config", str(config),
                    "--from-file", str(csv), "--execute", "-o", "csv")  # fmt: skip
     assert reset.returncode == 0, reset.stderr
     assert committed(cluster, group) == {(topic, 0): 7, (topic, 1): 11}
     assert f"{group},,{topic},0,1,7,COMMITTED," in reset.stdout.splitlines()
 
-    snapshot = submit(yarn, tmp_path, "--packages", "lag-snapshot", "--config", str(config),
+    snapshot = submit(yarn, tmp_path, "--delta", "lag-snapshot", "--config", str(config),
                       "--group", f"{unique}-.*", mode="client")  # fmt: skip
     assert snapshot.returncode == 0, snapshot.stderr
     assert not [x for x in snapshot.stderr.splitlines() if x.startswith("error: ")]
@@ -263,7 +265,7 @@ def test_exit_codes_1_and_2_reach_the_submitting_side(
     shared = migrate_config(tmp_path / "m.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
     cut = proxy.arm(API_FETCH, "cut")
     try:  # --quiet: no progress lines, so the error is the only line
-        lost = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(shared),
+        lost = submit(yarn, tmp_path, "--delta", "migrate", "--config", str(shared),
                       "--execute", "--quiet")  # fmt: skip
     finally:
         proxy.disarm()
@@ -276,7 +278,7 @@ def test_exit_codes_1_and_2_reach_the_submitting_side(
 
     gone = migrate_config(tmp_path / "gone.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
     gone.write_text(gone.read_text().replace(src.bootstrap, f"127.0.0.1:{free_port()}"))
-    unreachable = submit(yarn, tmp_path, "--packages", "migrate", "--config", str(gone),
+    unreachable = submit(yarn, tmp_path, "--delta", "migrate", "--config", str(gone),
                          "--execute", mode="client")  # fmt: skip
     assert unreachable.returncode == 1, unreachable.stderr
     errors = [x for x in unreachable.stderr.splitlines() if x.startswith("error: ")]
@@ -309,7 +311,7 @@ def test_a_killed_application_master_fails_cleanly_and_the_rerun_is_exact(
     want = world(src, dst, unique)
     config = migrate_config(tmp_path / "m.yaml", src, dst, unique, f"{yarn.fs}/ferry/{unique}")
     # A run that died after its intent holds its groups for the lease; the rerun comes later.
-    args = ["--packages", "migrate", "--config", str(config), "--execute",
+    args = ["--delta", "migrate", "--config", str(config), "--execute",
             "--set", "ledger.lease_ms=5000"]  # fmt: skip
     cmd, env = submit_command(yarn, tmp_path, *args)
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -337,3 +339,64 @@ def test_a_killed_application_master_fails_cleanly_and_the_rerun_is_exact(
     assert rerun.returncode == 75, rerun.stderr
     for group, offsets in want.items():
         assert committed(dst, group) == offsets, group
+
+
+def readme_yarn_command() -> str:
+    """The command of README's "Running on YARN", as printed there (a shell command line)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Running on YARN") :]
+    section = section[: section.index("\n## ", 1)]
+    [block] = re.findall(r"```sh\n(.*?)```", section, re.S)
+    return textwrap.dedent(block)
+
+
+def test_the_readme_yarn_command_runs_as_written_with_the_shipped_config(yarn, tmp_path):
+    """README's YARN command, word for word, run by a shell from the checkout with
+    conf/migrate.yaml as shipped (its audit.path an example path on local disk, which
+    `migrate` never writes): the clusters come from the variables the config names, exported
+    as the README says, everything a node needs beyond it (where Spark's jars are, loopback,
+    small containers) from the spark-defaults.conf an EMR node has. Fresh clusters with the
+    topic names the shipped rename rule gives the replica (`src.` + the source's); the group
+    migrates exactly."""
+    command = readme_yarn_command()
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[:2] == ["./spark-submit.sh", "--master"] and "conf/migrate.yaml" in words, words
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(
+        textwrap.dedent(
+            f"""\
+            spark.yarn.jars                          local:{SPARK_JARS}/*
+            spark.yarn.appMasterEnv.SPARK_LOCAL_IP   127.0.0.1
+            spark.driver.memory                      640m
+            spark.executor.memory                    640m
+            spark.executor.instances                 1
+            """
+        )
+    )
+    src = start_broker("readme-source")
+    dst = start_broker("readme-destination")
+    try:
+        topic, group = "readme-orders", "src.readme-g"  # (committed() finds src.readme-*)
+        create_topics(src.config, {topic: 1})
+        create_topics(dst.config, {f"src.{topic}": 1})
+        records = [Record(b"k", f"o-{i}".encode(), BASE + i * 10) for i in range(40)]
+        produce(src.config, topic, 0, records)
+        produce(dst.config, f"src.{topic}", 0, records[5:])
+        commit_offsets(src.config, group, {(topic, 0): 30})
+        _, env = submit_command(yarn, tmp_path)
+        env.update(
+            SPARK_CONF_DIR=str(conf_dir),
+            FERRY_SOURCE_BOOTSTRAP=src.bootstrap,
+            FERRY_DESTINATION_BOOTSTRAP=dst.bootstrap,
+        )
+        run = subprocess.run(
+            ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=900, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert "1 of 1 groups migrated" in run.stdout, (run.stdout, run.stderr)
+        assert committed(dst, group) == {(f"src.{topic}", 0): 25}
+    finally:
+        src.stop()
+        dst.stop()

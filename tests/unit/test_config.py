@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry.config import ALL_KEYS, ConfigError, load_config, parse_set, require
+from ferry.config import ALL_KEYS, ConfigError, load_config, parse_set, require, require_shared
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -203,14 +203,32 @@ def test_every_key_is_documented_in_an_example():
         assert re.search(rf"^\s*{re.escape(leaf)}:", documented, re.M), key
 
 
-def test_cluster_deploy_mode_refuses_tables_on_the_containers_disk():
+def test_cluster_deploy_mode_refuses_the_jobs_tables_on_the_containers_disk():
     """spark-submit.sh sets FERRY_DEPLOY_MODE=cluster for a driver in YARN's or Kubernetes'
-    container: a table there would be gone with the container."""
+    container: a table there would be gone with the container. Only the tables the job opens
+    are looked at (`require`, `require_shared`): the shipped migrate.yaml's audit.path, on local
+    disk, does not stop `migrate`, which never writes it."""
     cluster = {"FERRY_DEPLOY_MODE": "cluster"}
     for setting in ("ledger.path=/var/ferry/ledger", "history.path=file:///h", "audit.path=rel",
                     "offsets.commits_path=/c", "history.status_path=/s"):  # fmt: skip
-        with pytest.raises(ConfigError, match=f"^{setting.split('=')[0]} .* local disk"):
-            load_config(None, [setting], env=cluster)
-        load_config(None, [setting], env={})  # client mode: the driver's disk is this machine's
+        key = setting.split("=")[0]
+        cfg = load_config(None, [setting], env=cluster)  # loading alone refuses nothing
+        with pytest.raises(ConfigError, match=f"^{key} .* local disk"):
+            require(cfg, key, env=cluster)
+        with pytest.raises(ConfigError, match=f"^{key} .* local disk"):
+            require_shared(cfg, key, env=cluster)
+        require(cfg, key, env={})  # client mode: the driver's disk is this machine's
     for shared in ("hdfs:///user/ferry/ledger", "s3a://bucket/ledger", "abfss://c@a/ledger"):
-        assert load_config(None, [f"ledger.path={shared}"], env=cluster).ledger.path == shared
+        cfg = load_config(None, [f"ledger.path={shared}"], env=cluster)
+        require(cfg, "ledger.path", env=cluster)
+    shipped = load_config(
+        CONF / "migrate.yaml",
+        ["ledger.path=hdfs:///user/ferry/ledger"],
+        env={"FERRY_SOURCE_BOOTSTRAP": "a:9092", "FERRY_DESTINATION_BOOTSTRAP": "b:9092",
+             **cluster},
+    )  # fmt: skip
+    assert shipped.audit.path == "/data/ferry/audit"
+    require(shipped, "source", "destination", "ledger.path", env=cluster)  # migrate's
+    with pytest.raises(ConfigError, match="^audit.path /data/ferry/audit is on"):
+        require_shared(shipped, "audit.path", env=cluster)  # audit's
+    require_shared(load_config(None, [], env=cluster), "audit.path", env=cluster)  # unset

@@ -44,12 +44,12 @@ def test_every_reader_setting_travels_on_the_cluster(tmp_path):
         "reader:\n  timeout_ms: 7000\n  isolation_level: read_uncommitted\n"
         "  max_records_per_task: 123\n  driver_max_offsets: 0\n"
     )
-    cluster = load_config(path).client("source")
+    cluster = Cluster.from_config(load_config(path), "source")
     assert (cluster.timeout_ms, cluster.isolation_level) == (7000, "read_uncommitted")
     assert (cluster.max_records_per_task, cluster.driver_max_offsets) == (123, 0)
     assert cluster.consumer_conf()["isolation.level"] == "read_uncommitted"
     assert cluster.reads_on_driver(0) and not cluster.reads_on_driver(1)
-    default = load_config(None, ["source.bootstrap.servers=h"]).client("source")
+    default = Cluster.from_config(load_config(None, ["source.bootstrap.servers=h"]), "source")
     assert default.reads_on_driver(250_000) and not default.reads_on_driver(250_001)
 
 

@@ -1,7 +1,9 @@
 """The structure the layout promises, checked from the source so that it cannot slip unnoticed:
 
 - pure modules import without pyspark or confluent_kafka (each in a fresh interpreter);
-- the import graph of lib/ferry has no cycle, and nothing in it imports `ferry.cli`;
+- the import graph of lib/ferry has no cycle — none either when imports made only for
+  annotations count (`ferry.config` sits below `ferry.kafka`, not beside it) — and nothing in it
+  imports `ferry.cli`;
 - exit codes, the inactive rule and group selection by regex are each defined once;
 - modules and jobs stay small enough to read.
 
@@ -40,6 +42,8 @@ PURE_MODULES = (
     "ferry.output",
     "ferry.shipped",
     "ferry.write.rules",
+    "ferry.groups.plans",  # copy, reset and delete plans, beside the write path, not in it
+    "ferry.version",
     "ferry.migrate.decision",
     "ferry.migrate.ranges",
     "ferry.migrate.spans",
@@ -73,24 +77,26 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node, except those under `if TYPE_CHECKING:` (its `else:` branch runs)."""
+def _nodes(tree: ast.AST, annotations: bool = False) -> Iterator[ast.AST]:
+    """Every node, except those under `if TYPE_CHECKING:` (its `else:` branch runs) unless
+    `annotations`."""
     for child in ast.iter_child_nodes(tree):
-        if isinstance(child, ast.If) and _is_type_checking(child):
+        if not annotations and isinstance(child, ast.If) and _is_type_checking(child):
             for other in child.orelse:
                 yield other
                 yield from _nodes(other)
             continue
         yield child
-        yield from _nodes(child)
+        yield from _nodes(child, annotations)
 
 
-def imported_names(path: Path, name: str) -> set[str]:
+def imported_names(path: Path, name: str, annotations: bool = False) -> set[str]:
     """The dotted names `path` (module `name`) imports, and Ferry module names in its strings.
-    `from a import b` yields `a.b` (a submodule, or a name defined in `a`)."""
+    `from a import b` yields `a.b` (a submodule, or a name defined in `a`). `annotations`:
+    imports under `if TYPE_CHECKING:` too."""
     is_package = path.name == "__init__.py"
     out: set[str] = set()
-    for node in _nodes(ast.parse(path.read_text())):
+    for node in _nodes(ast.parse(path.read_text()), annotations):
         if isinstance(node, ast.Import):
             out |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -107,8 +113,9 @@ def imported_names(path: Path, name: str) -> set[str]:
 
 
 @functools.cache
-def import_graph() -> dict[str, set[str]]:
-    """Module → the Ferry modules it imports (see the module docstring for what counts)."""
+def import_graph(annotations: bool = False) -> dict[str, set[str]]:
+    """Module → the Ferry modules it imports (see the module docstring for what counts;
+    `annotations`: imports made only for type annotations too)."""
     known = modules()
 
     def resolve(dotted: str) -> str | None:
@@ -118,7 +125,9 @@ def import_graph() -> dict[str, set[str]]:
 
     graph = {}
     for name, path in known.items():
-        targets = {resolve(d) for d in imported_names(path, name) if d.startswith("ferry")}
+        targets = {
+            resolve(d) for d in imported_names(path, name, annotations) if d.startswith("ferry")
+        }
         graph[name] = {t for t in targets if t is not None and t != name}
     return graph
 
@@ -174,6 +183,8 @@ def test_the_graph_counts_imports_inside_functions_and_lazy_exports_not_type_che
     )
     expected = {"typing.TYPE_CHECKING", "json", "ferry.c", "ferry.d.g", "ferry.e"}
     assert imported_names(pkg / "a.py", "ferry.a") == expected
+    with_annotations = imported_names(pkg / "a.py", "ferry.a", annotations=True)
+    assert with_annotations == expected | {"ferry.b.B"}
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
@@ -205,6 +216,21 @@ def test_pure_modules_import_without_spark_or_the_kafka_client(module):
 def test_the_import_graph_of_lib_ferry_has_no_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_cycle_either_when_imports_for_annotations_count():
+    # A cycle through `if TYPE_CHECKING:` runs nothing, but it is still two modules that each
+    # need the other to be understood (ferry.config built clusters while ferry.kafka.cluster
+    # read the config): one of them must sit below the other.
+    cycle = find_cycle(import_graph(annotations=True))
+    assert cycle is None, "import cycle (annotations included): " + " -> ".join(cycle or [])
+
+
+def test_the_config_sits_below_everything_that_uses_it():
+    graph = import_graph(annotations=True)
+    config = {m for m in graph if m == "ferry.config" or m.startswith("ferry.config.")}
+    reached = {t for m in config for t in graph[m]} - config
+    assert reached <= {"ferry.errors"}, f"ferry.config imports {sorted(reached)}"
 
 
 def test_nothing_in_lib_ferry_imports_the_cli():
@@ -356,3 +382,19 @@ def test_modules_and_jobs_stay_small():
     }
     assert long_modules == {}, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
     assert long_jobs == {}, f"jobs over {MAX_JOB_LINES} lines: {long_jobs}"
+
+
+# ------------------------------------------------------------------------------------ version
+
+
+def test_ferrys_version_is_setup_pys_wherever_it_is_read():
+    # `ferry_version()` reads the installed metadata, and `ferry.__version__` where there is
+    # none (the library zip a cluster runs): both must be setup.py's.
+    import re
+
+    from ferry import __version__
+    from ferry.version import ferry_version
+
+    declared = re.search(r'version="([^"]+)"', (ROOT / "setup.py").read_text())
+    assert declared is not None, "setup.py names no version"
+    assert __version__ == declared.group(1) == ferry_version()

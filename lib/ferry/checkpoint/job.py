@@ -90,11 +90,12 @@ def positions_job(
     """Read the CSV (any Hadoop path), translate every line, print one row per line."""
     from ferry.checkpoint import positions
     from ferry.checkpoint.store import HadoopStore
+    from ferry.kafka.cluster import Cluster
 
     store = HadoopStore(spark, path.rsplit("/", 1)[0] if "/" in path else ".")
     data = store.read(path.rsplit("/", 1)[-1])
     sets = positions.read_positions_csv(path, data.decode("utf-8", errors="replace"))
-    src, dst = cfg.client("source"), cfg.client("destination")
+    src, dst = Cluster.from_config(cfg, "source"), Cluster.from_config(cfg, "destination")
     plan, decisions = positions.translate(
         spark, src, dst, cfg, sets, progress, allow_reconcile=False
     )

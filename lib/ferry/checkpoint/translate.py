@@ -224,7 +224,10 @@ def checkpoint_job(
     fmt: str,
     progress: Callable[[str], None],
 ) -> int:
-    src, dst = cfg.client("source"), cfg.client("destination")
+    src, dst = (
+        kafka.Cluster.from_config(cfg, "source"),
+        kafka.Cluster.from_config(cfg, "destination"),
+    )
     progress(f"reading checkpoint {path}")
     cp = read_checkpoint(spark, path, idle_s)
     progress(

@@ -6,15 +6,17 @@ through unchanged, so security.protocol, sasl.* and ssl.* work as in any librdka
 variable is an error naming it. `--set a.b=c` overrides a key; the value is read as YAML.
 Errors are one line naming the full key path, and for unknown keys the nearest valid one.
 
-- `model`: the dataclasses and their defaults, `require`;
+- `model`: the dataclasses and their defaults;
 - `validate`: parsed YAML checked and built into them;
-- `load`: `load_config` (file, `--set`, `${VAR}`, then validate) and `parse_set`.
+- `load`: `load_config` (file, `--set`, `${VAR}`, then validate), `parse_set`, and
+  `require`/`require_shared` (a job's keys present; in cluster deploy mode its tables on
+  shared storage).
 
 This package's names are what the rest of Ferry imports: `from ferry.config import
 load_config, require, FerryConfig`.
 """
 
-from ferry.config.load import load_config, parse_set
+from ferry.config.load import TABLES, load_config, parse_set, require, require_shared
 from ferry.config.model import (
     ALL_KEYS,
     CLUSTER_SECTIONS,
@@ -33,7 +35,6 @@ from ferry.config.model import (
     RenameRule,
     Selection,
     TopicSelection,
-    require,
 )
 from ferry.errors import ConfigError
 
@@ -44,6 +45,7 @@ __all__ = [
     "PARTITIONING_MODES",
     "SEARCH_MODES",
     "SECTIONS",
+    "TABLES",
     "AdminConfig",
     "AuditConfig",
     "ConfigError",
@@ -59,4 +61,5 @@ __all__ = [
     "load_config",
     "parse_set",
     "require",
+    "require_shared",
 ]

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from ferry.config.model import CLUSTER_SECTIONS, FerryConfig
+from ferry.config.model import require as require_present
 from ferry.config.validate import build
 from ferry.errors import ConfigError
 
@@ -86,22 +87,33 @@ def load_config(
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {expr!r}: {part} is not a section")
         node[parts[-1]] = value
+    data = _expand(data, "", os.environ if env is None else env)
+    return build(data)
+
+
+# The keys naming Delta tables. In cluster deploy mode (spark-submit.sh says so in
+# $FERRY_DEPLOY_MODE) the driver runs in a container whose disk goes with it, so a table a job
+# opens there must be on shared storage. Only the tables the job itself opens are looked at
+# (`require`, `require_shared`): `migrate` with the shipped config, whose audit.path is an
+# example path on local disk, is not refused for a table only `audit` writes.
+TABLES = ("ledger.path", "history.path", "history.status_path", "audit.path",
+          "offsets.commits_path", "offsets.groups_path", "offsets.quarantine_path")  # fmt: skip
+
+
+def require(cfg: FerryConfig, *keys: str, env: Mapping[str, str] | None = None) -> None:
+    """Fail with the first missing key among the dotted `keys`; in cluster deploy mode also
+    with the first table among them that is on the driver's local disk."""
+    require_present(cfg, *keys)
+    require_shared(cfg, *(k for k in keys if k in TABLES), env=env)
+
+
+def require_shared(cfg: FerryConfig, *tables: str, env: Mapping[str, str] | None = None) -> None:
+    """In cluster deploy mode, fail with the first of `tables` (keys such as "audit.path")
+    that is set and names the driver's local disk: a table the job opens, optional ones too."""
     env = os.environ if env is None else env
-    data = _expand(data, "", env)
-    cfg = build(data)
-    if env.get("FERRY_DEPLOY_MODE") == "cluster":
-        _require_shared_tables(cfg)
-    return cfg
-
-
-# The tables a job writes; in cluster deploy mode (spark-submit.sh says so in
-# $FERRY_DEPLOY_MODE) the driver runs in a container whose disk goes with it.
-_TABLES = ("ledger.path", "history.path", "history.status_path", "audit.path",
-           "offsets.commits_path", "offsets.groups_path", "offsets.quarantine_path")  # fmt: skip
-
-
-def _require_shared_tables(cfg: FerryConfig) -> None:
-    for name in _TABLES:
+    if env.get("FERRY_DEPLOY_MODE") != "cluster":
+        return
+    for name in tables:
         section, key = name.split(".")
         path = getattr(getattr(cfg, section, None), key, None)
         if path and (":" not in path.split("/", 1)[0] or path.startswith("file:")):

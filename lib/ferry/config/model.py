@@ -1,6 +1,9 @@
 """What a Ferry config holds: frozen dataclasses, one per section, with their defaults — and
 `require`, a job's check that the keys it needs are set. Built from YAML, and checked on the
 way, by `ferry.config.validate`.
+
+Config is the layer below everything that uses it: it imports nothing of Ferry but its errors.
+A cluster section becomes a client through `ferry.kafka.Cluster.from_config(cfg, section)`.
 """
 
 from __future__ import annotations
@@ -143,12 +146,6 @@ class FerryConfig:
     def cluster_name(self, section: str) -> str:
         conf = getattr(self, section) or {}
         return f"{section} ({conf.get('bootstrap.servers', '?')})"
-
-    def client(self, section: str):  # noqa: ANN201 - ferry.kafka.Cluster
-        """The named cluster section with this config's read and admin settings."""
-        from ferry.kafka.cluster import Cluster
-
-        return Cluster.from_config(self, section)
 
 
 SECTIONS: dict[str, type] = {

@@ -1,19 +1,21 @@
 """The changing verbs (`groups copy`, `reset`, `delete`) from plan to report: plans made from
-what the cluster says now, written through the guarded write path when --execute
-(`ferry.write.commit`: intent, state check, forward rule, verified write, outcome), then the
-rows, warnings, summary and exit code."""
+what the cluster says now (`ferry.groups.plans`, pure), written through the guarded write path
+when --execute (`ferry.write.commit`: intent, state check, forward rule, verified write,
+outcome), then the rows, warnings, summary and exit code."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ferry import kafka
 from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, UsageError
-from ferry.groups import changes, describe, reset, selection
-from ferry.groups.changes import GroupChange
+from ferry.groups import describe, plans, reset, selection
+from ferry.groups.plans import GroupChange
+from ferry.groups.reset import Target
 from ferry.kafka.cluster import Cluster
 from ferry.output import emit, print_summary
+from ferry.status import GroupStatus
 from ferry.write import commit
 from ferry.write.ledger import Ledger
 
@@ -52,14 +54,14 @@ def copy(
     """`groups copy`: the copies planned and written; with `delete_source`, the source group
     deleted afterwards, and only when every copy was written (`write` None: a dry run)."""
     state = describe.fetch_groups(cluster, [source, *targets])
-    planned = changes.plan_copy(
+    planned = plans.plan_copy(
         source, list(targets), state, topic_pattern, allow_active_source, allow_rewind
     )
     if write is None:
-        return planned + (changes.plan_delete([source], state) if delete_source else [])
+        return planned + (plans.plan_delete([source], state) if delete_source else [])
     planned = write(planned)
     if delete_source:
-        deleted = changes.delete_source_change(cluster, source, planned)
+        deleted = delete_source_change(cluster, source, planned)
         if deleted is None:
             print(f"warning: {source} kept: not every copy succeeded", file=sys.stderr)
         else:
@@ -78,14 +80,14 @@ def plan_reset(
     time spec, its timestamp lookups) now."""
     state = describe.fetch_groups(cluster, chosen.groups)
     selection.check_scope(chosen.scope, state.topic_partitions)
-    partitions = changes.reset_partitions(chosen.groups, state, chosen.scope, chosen.file_offsets)
+    partitions = plans.reset_partitions(chosen.groups, state, chosen.scope, chosen.file_offsets)
     keys = {k for v in partitions.values() if isinstance(v, list) for k in v}
     progress(f"resetting {len(chosen.groups)} groups over {len(keys)} partitions")
     bounds = kafka.watermarks(cluster, keys)
     at_time = None
     if spec.is_at_time:
         at_time = kafka.offsets_for_timestamps(cluster, dict.fromkeys(keys, value), bounds)
-    return changes.plan_reset(partitions, state, spec, value, chosen.file_offsets, bounds, at_time)
+    return plans.plan_reset(partitions, state, spec, value, chosen.file_offsets, bounds, at_time)
 
 
 def write(
@@ -102,14 +104,67 @@ def write(
     Returns `planned`."""
     if run_ledger is None:
         return planned
-    writes = changes.group_writes(planned, cluster, allow_rewind)
+    writes = group_writes(planned, cluster, allow_rewind)
     written = {w.group for w in writes}
-    kept = changes.ledger_rows([c for c in planned if c.group not in written], cluster, True)
+    cluster_id = cluster.conf.get("bootstrap.servers")
+    kept = plans.ledger_rows([c for c in planned if c.group not in written], cluster_id, True)
     outcomes = commit.execute_writes(
         cluster, writes, kept, run_ledger, lease_ms, progress, batch_groups
     )
-    changes.record_outcomes(planned, outcomes)
+    record_outcomes(planned, outcomes)
     return planned
+
+
+def group_writes(
+    changes: Sequence[GroupChange], cluster: Cluster, allow_rewind: bool = False
+) -> list[commit.GroupWrite]:
+    """The executable changes as guarded writes (copies are forward only; resets may move a
+    group anywhere, as kafka-consumer-groups does)."""
+    cluster_id = cluster.conf.get("bootstrap.servers")
+    return [
+        commit.GroupWrite(
+            change.group,
+            {(t.topic, t.partition): t.new_offset for t in change.targets},
+            plans.ledger_rows([change], cluster_id, True),
+            is_delete=change.is_delete,
+            is_forward_only=change.action == "copy",
+            allow_rewind=allow_rewind,
+            already_status=GroupStatus.ALREADY_COPIED,
+        )
+        for change in changes
+        if change.error is None and change.skip is None
+    ]
+
+
+def record_outcomes(
+    changes: Sequence[GroupChange], outcomes: Mapping[str, commit.WriteOutcome]
+) -> None:
+    """Carry what ferry.write.commit did back onto the changes (errors stay with their group)."""
+    for change in changes:
+        outcome = outcomes.get(change.group)
+        if outcome is None or change.error is not None:
+            continue
+        change.outcome = outcome.status
+        change.committed = outcome.is_committed
+        if outcome.status == GroupStatus.ALREADY_COPIED:
+            change.skip = outcome.message
+        elif not outcome.is_committed:
+            change.error = outcome.message
+
+
+def delete_source_change(
+    cluster: Cluster, source: str, changes: Sequence[GroupChange]
+) -> GroupChange | None:
+    """`--delete-source`: the source group's delete, once every copy is done."""
+    if not changes or not all(c.committed or (c.skip and not c.error) for c in changes):
+        return None
+    committed = kafka.committed_offsets(cluster, [source])[source]
+    return GroupChange(
+        source,
+        "delete",
+        [Target(source, t, p, o, o) for (t, p), o in sorted(committed.items())],
+        is_delete=True,
+    )
 
 
 def report(
@@ -131,7 +186,7 @@ def report(
             reset.format_offsets_csv([t for c in planned for t in c.targets], with_group)
         )
     else:
-        emit(changes.change_rows(planned, execute), CHANGE_COLUMNS, fmt)
+        emit(plans.change_rows(planned, execute), CHANGE_COLUMNS, fmt)
     failed = [c for c in planned if c.error is not None]
     for change in failed:
         print(f"not done: {change.group}: {change.error}", file=sys.stderr)

@@ -18,8 +18,9 @@ MirrorCheckpointTask) and the tests rely on:
   `downstream` when the group sits exactly on it, `downstream + 1` otherwise. The store keeps
   syncs spaced by powers of two, and only the last one per partition of those it read at
   start, so older offsets translate from farther back.
-- The translation is written to the destination group only while that group has no members,
-  and only forward (a partition is never moved back).
+- The translation is written to the destination group only while that group has no members
+  (the broker refuses it otherwise), and only forward — except when its last refresh did not
+  find the group Empty (KAFKA-19794; `ferry.testing.mm2_group_sync`).
 
 `wait_replicated` waits until the destination holds as many records as the source,
 `wait_synced` until the destination groups' offsets are present and stop moving; `stop` (also
@@ -334,6 +335,28 @@ def offset_syncs(source: LocalBroker, timeout_s: float = 30) -> list[tuple[str, 
         (partition,) = struct.unpack(">i", key[2 + length : 6 + length])
         upstream, downstream = struct.unpack(">qq", (record.value or b"")[:16])
         out.append((topic, partition, upstream, downstream))
+    return out
+
+
+def checkpoints(mm: MirrorMaker, timeout_s: float = 30) -> dict[tuple[str, str, int], int]:
+    """MM2's latest translation per (group, remote topic, partition): the downstream offset of
+    the last checkpoint it wrote to `source.checkpoints.internal` on the destination. Key: the
+    group and topic as short-length-prefixed strings, the partition (int32); value: a version
+    (int16), the upstream and downstream offsets (int64 each), the metadata — as Kafka's
+    `Checkpoint` writes them."""
+    from ferry.testing.replicate import read_all
+
+    out: dict[tuple[str, str, int], int] = {}
+    for record in read_all(mm.destination.config, "source.checkpoints.internal", timeout_s):
+        key, at = record.key or b"", 0
+        names = []
+        for _ in range(2):
+            (length,) = struct.unpack(">h", key[at : at + 2])
+            names.append(key[at + 2 : at + 2 + length].decode())
+            at += 2 + length
+        (partition,) = struct.unpack(">i", key[at : at + 4])
+        _, _, downstream = struct.unpack(">hqq", (record.value or b"")[:18])
+        out[(names[0], names[1], partition)] = downstream
     return out
 
 

@@ -10,8 +10,10 @@ given request arrives:
 - `cut()`: close every connection and refuse new ones until `restore()` (a lost cluster).
 - `arm(api_key, action)`: do `drop` or `cut` when the next request with that api key
   arrives (`drop`: before forwarding it), or `cut_after` once its response went back
-  (the broker acted on it; whether the client heard is left to chance, as in real life);
-  `disarm()` forgets the armed faults that have not fired.
+  (the broker acted on it; whether the client heard is left to chance, as in real life),
+  or `hang`: swallow that one request and keep the connection (the client times it out;
+  every other client and request goes on as before); `disarm()` forgets the armed faults
+  that have not fired.
 
 Used by the fault tests; bounded in everything it does, and it stops with `close()`.
 """
@@ -35,7 +37,7 @@ API_CONSUMER_GROUP_DESCRIBE = 69  # what librdkafka sends to describe groups (KI
 @dataclass
 class _Trigger:
     api_key: int
-    action: str  # drop, cut, cut_after
+    action: str  # drop, cut, cut_after, hang
     fired: threading.Event = field(default_factory=threading.Event)
 
 
@@ -78,7 +80,7 @@ class FaultProxy:
 
     def arm(self, api_key: int, action: str) -> threading.Event:
         """Fault on the next request with `api_key`; returns an event set once it fired."""
-        if action not in ("drop", "cut", "cut_after"):
+        if action not in ("drop", "cut", "cut_after", "hang"):
             raise ValueError(f"unknown action {action!r}")
         trigger = _Trigger(api_key, action)
         with self._lock:
@@ -134,6 +136,8 @@ class FaultProxy:
             if action == "cut":
                 self.cut()
                 return
+            if action == "hang":
+                continue
             if action == "cut_after":
                 # the request's correlation id: the cut waits for the answer to it, not for
                 # whatever answer comes next (requests are pipelined)

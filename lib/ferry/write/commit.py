@@ -16,6 +16,9 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
    between a group's state check and its write is one batch's offset fetch; a consumer that
    joins in it gets the write refused by the broker (it takes a commit without a member id
    only while the group is Empty), reported as REFUSED.
+   A rollback (`ferry.write.rollback`) brings its own check for step 3 (`write`: a group is
+   restored only while it still has the offsets the run being undone wrote) and shares the
+   rest: intent, claims, batches, outcomes.
 4. The batch's outcomes are appended to the ledger in one commit before the next batch is
    written. If that append fails the run stops: `OutcomeNotRecorded` carries the offsets the
    batch's committed groups had before, so the caller can print the rollback the ledger could
@@ -25,7 +28,8 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ferry import kafka
@@ -53,6 +57,11 @@ class GroupWrite:
     is_forward_only: bool = True
     allow_rewind: bool = False
     already_status: str = GroupStatus.ALREADY_MIGRATED  # how "at or past the targets" is reported
+
+    @property
+    def partition_count(self) -> int:
+        """The partitions the write changes (its progress line names the count)."""
+        return len(self.offsets)
 
 
 def _rows(w: GroupWrite) -> list[dict]:
@@ -134,6 +143,10 @@ def outcome_table(table, done: Mapping[str, WriteOutcome]):  # noqa: ANN001, ANN
     return table
 
 
+# Step 3 for one batch: the groups in, group → outcome out.
+BatchWriter = Callable[[Cluster, Sequence[GroupWrite]], dict[str, WriteOutcome]]
+
+
 def execute_writes(
     cluster: Cluster,
     writes: Sequence[GroupWrite],
@@ -142,10 +155,15 @@ def execute_writes(
     lease_ms: int,
     progress: Callable[[str], None],
     batch_groups: int | None = None,
+    write: BatchWriter | None = None,
+    ignore_claims: Collection[str] = (),
 ) -> dict[str, WriteOutcome]:
     """Write the groups as the module docstring says, `batch_groups` (default
     `BATCH_GROUPS`) at a time; returns group → outcome. `decision_rows`: the rows of the
-    groups not written, or `LedgerTables` for every ledger row of the run."""
+    groups not written, or `LedgerTables` for every ledger row of the run. `write`: step 3
+    for one batch (default `write_batch`); `ignore_claims`: runs whose open intents do not
+    hold a group back (a rollback's: the run it undoes, and earlier tries of itself)."""
+    write = write or write_batch
     # Commits are tagged `intent` only when the run has intents (claims are looked up by it).
     tag = PHASE_INTENT if writes else PHASE_PLAN
     if isinstance(decision_rows, LedgerTables):
@@ -165,10 +183,10 @@ def execute_writes(
     if not writes:
         return {}
     cluster_id = cluster.conf.get("bootstrap.servers")
-    claims = ledger.open_claims(cluster_id, [w.group for w in writes], lease_ms)
+    claims = ledger.open_claims(cluster_id, [w.group for w in writes], lease_ms, ignore_claims)
     outcomes: dict[str, WriteOutcome] = {}
     for batch in _batches(writes, batch_groups or BATCH_GROUPS):
-        done = write_batch(cluster, [w for w in batch if w.group not in claims])
+        done = write(cluster, [w for w in batch if w.group not in claims])
         for w in batch:
             if w.group in claims:
                 done[w.group] = WriteOutcome(
@@ -196,7 +214,8 @@ def execute_writes(
             ) from exc
         for w in batch:
             if done[w.group].is_committed:
-                progress(f"{done[w.group].status.lower()} {w.group} ({len(w.offsets)} partitions)")
+                status = str(done[w.group].status).lower().replace("_", " ")
+                progress(f"{status} {w.group} ({w.partition_count} partitions)")
     return outcomes
 
 
@@ -241,19 +260,23 @@ def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, Writ
         else:
             (deletes if w.is_delete else alters).append(w)
     if deletes:
-        out.update(_delete(cluster, deletes, previous))
+        out.update(delete(cluster, deletes, previous))
     if alters:
         results = kafka.alter_offsets_each(cluster, {w.group: w.offsets for w in alters})
         for w in alters:
-            out[w.group] = _outcome(w.group, results[w.group], previous[w.group])
+            out[w.group] = outcome(w.group, results[w.group], previous[w.group])
     return out
 
 
-def _outcome(
-    group: str, error: kafka.ClusterError | None, previous: dict[TopicPartitionKey, int]
+def outcome(
+    group: str,
+    error: kafka.ClusterError | None,
+    previous: dict[TopicPartitionKey, int],
+    success: str = GroupStatus.COMMITTED,
 ) -> WriteOutcome:
+    """A group's outcome from its write's result (`error` None: written and read back)."""
     if error is None:
-        return WriteOutcome(group, GroupStatus.COMMITTED, True, None, previous)
+        return WriteOutcome(group, success, True, None, previous)
     if isinstance(error, kafka.CommitUnknownError):
         status = GroupStatus.UNKNOWN
     elif isinstance(error, kafka.GroupActiveError):
@@ -263,14 +286,23 @@ def _outcome(
     return WriteOutcome(group, status, False, str(error), previous)
 
 
-def _delete(
+# The broker's answer for a group that is not there (GROUP_ID_NOT_FOUND), as librdkafka words it.
+_NO_SUCH_GROUP = re.compile(r"group id does not exist|GROUP_ID_NOT_FOUND", re.IGNORECASE)
+
+
+def delete(
     cluster: Cluster,
     deletes: Sequence[GroupWrite],
     previous: Mapping[str, dict[TopicPartitionKey, int]],
 ) -> dict[str, WriteOutcome]:
-    """Delete the groups in one request, then check that none has offsets left."""
+    """Delete the groups in one request, then check that none has offsets left. A group the
+    broker says does not exist is what a delete wants (a delete that landed before a run was
+    killed, or another client's): DELETED once the read-back finds no offsets."""
     out: dict[str, WriteOutcome] = {}
     failed = kafka.delete_groups(cluster, [w.group for w in deletes])
+    for w in deletes:
+        if failed[w.group] and _NO_SUCH_GROUP.search(failed[w.group]):
+            failed[w.group] = None
     gone = [w.group for w in deletes if not failed[w.group]]
     errors: dict[str, kafka.ClusterError] = {}
     left = kafka.committed_offsets(cluster, gone, errors)

@@ -9,12 +9,18 @@ every plan that was shown is on record next to every change that was made:
   about to change, with the offset it has now (`previous_offset`) and the one it will get;
 - `outcome`: written after each batch of groups was written and read back (one commit per
   batch, `ferry.write.commit.BATCH_GROUPS` groups): `is_committed` is true only for offsets that
-  were written and read back.
+  were written and read back (a rollback's: for groups read back at the offsets they had before
+  the run it undoes, written now or found there).
 
 The ledger never trails the clusters by more than one batch: a run that cannot append its
 intent writes nothing, and one that cannot append a batch's outcomes stops before the next
-batch. `--rollback RUN_ID` restores
-`previous_offset` from intent rows (tables older than the phases: committed rows).
+batch. `--rollback RUN_ID` restores `previous_offset` from outcome or intent rows (tables older
+than the phases: committed rows); its own rows name that run in `rollback_of`.
+
+Every commit's `userMetadata` (Delta's commit info, `DESCRIBE HISTORY`, `DeltaTable.history()`)
+names the run and phase and where the rows came from (`provenance`): Ferry's version, the Spark
+application id and the user Spark runs as. Columns are only ever added, nullable: a table
+written by an older Ferry is appended to and read as it is (`read` fills the missing columns).
 
 Intents are also claims: a group with an open intent of another executing run (no outcome
 yet, younger than `ledger.lease_ms`) is left to the run whose intent the Delta log ordered
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TypeVar
 
@@ -77,6 +83,8 @@ LEDGER_SCHEMA = StructType(
         StructField("message", StringType(), True),
         StructField("phase", StringType(), True),  # plan, intent, outcome (null: older rows)
         StructField("row_time", TimestampType(), True),  # when this row was appended
+        # a rollback's rows: the run it rolls back (null: any other run, and older rollbacks)
+        StructField("rollback_of", StringType(), True),
     ]
 )
 LEDGER_COLUMNS = LEDGER_SCHEMA.fieldNames()
@@ -100,20 +108,59 @@ def new_run_id(action: str) -> str:
     return f"{action}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
+def provenance(spark: SparkSession) -> dict[str, str]:
+    """Where a commit comes from: Ferry's version, the Spark application id, and the user Spark
+    runs as (on YARN the submitting user, as Hadoop sees it; locally the login)."""
+    from ferry.version import ferry_version
+
+    sc = spark.sparkContext
+    try:
+        user = sc.sparkUser()
+    except Exception:  # noqa: BLE001 - a missing user must not stop a write
+        user = ""
+    if not user:
+        import getpass
+
+        user = getpass.getuser()
+    return {
+        "ferry.version": ferry_version(),
+        "ferry.spark_app_id": sc.applicationId,
+        "ferry.user": user,
+    }
+
+
 class Ledger:
     """One run's view of the ledger table: every append carries the run's id, time, action and
-    whether it executes, and names the ledger's path when it fails."""
+    whether it executes (and, for a rollback, the run it rolls back), every commit the run's
+    provenance, and a failure names the ledger's path."""
 
     def __init__(
-        self, spark: SparkSession, path: str, run_id: str, action: str, is_executed: bool
+        self,
+        spark: SparkSession,
+        path: str,
+        run_id: str,
+        action: str,
+        is_executed: bool,
+        rollback_of: str | None = None,
     ) -> None:
         self.spark = spark
         self.path = path
         self.run_id = run_id
         self.action = action
         self.is_executed = is_executed
+        self.rollback_of = rollback_of
         self.run_time = datetime.now(timezone.utc)
         self.writer: str | None = None
+        self._provenance: dict[str, str] | None = None
+
+    def commit_metadata(self, phase: str) -> dict[str, str]:
+        """The `userMetadata` of this run's commits of `phase`."""
+        if self._provenance is None:
+            self._provenance = provenance(self.spark)
+        meta = {"ferry.run_id": self.run_id, "ferry.phase": phase, **self._provenance}
+        if self.rollback_of is not None:
+            meta["ferry.rollback_of"] = self.rollback_of
+        return meta
 
     def _run_values(self) -> dict:
         """What every row this run appends now carries (whatever the row says)."""
@@ -123,6 +170,7 @@ class Ledger:
             "action": self.action,
             "is_executed": self.is_executed,
             "row_time": datetime.now(timezone.utc),
+            "rollback_of": self.rollback_of,
         }
 
     def append(self, rows: Iterable[Mapping], phase: str) -> str:
@@ -172,7 +220,7 @@ class Ledger:
             if name not in run:
                 column = pc.coalesce(table.column(i), column)
             table = table.set_column(i, table.schema.field(i), column)
-        meta = {"ferry.run_id": self.run_id, "ferry.phase": phase}
+        meta = self.commit_metadata(phase)
         try:
             self.writer = delta.append_columns(self.spark, table, LEDGER_SCHEMA, self.path, meta)
         except Exception as exc:  # noqa: BLE001 - as _append_batch
@@ -188,15 +236,17 @@ class Ledger:
             c: [run[c]] * len(rows) if c in run else [r.get(c, defaults.get(c)) for r in rows]
             for c in LEDGER_COLUMNS
         }
-        meta = {"ferry.run_id": self.run_id, "ferry.phase": phase}
+        meta = self.commit_metadata(phase)
         try:
             self.writer = delta.append_columns(self.spark, columns, LEDGER_SCHEMA, self.path, meta)
         except Exception as exc:  # noqa: BLE001 - any storage failure is the same to the user
             raise LedgerError(f"cannot append to ledger {self.path}: {_reason(exc)}") from exc
 
-    def open_claims(self, cluster: str, groups: Sequence[str], lease_ms: int) -> dict[str, str]:
-        """Groups (of `groups`, on `cluster`) that another run intends to write and that the
-        Delta log ordered before this run's intent: group → that run's id."""
+    def open_claims(
+        self, cluster: str, groups: Sequence[str], lease_ms: int, ignore: Collection[str] = ()
+    ) -> dict[str, str]:
+        """Groups (of `groups`, on `cluster`) that another run (not in `ignore`) intends to
+        write and that the Delta log ordered before this run's intent: group → that run's id."""
         since = self.run_time - timedelta(milliseconds=lease_ms)
         try:
             # Other runs' intents and outcomes on this cluster only: this run's own intent and
@@ -218,7 +268,7 @@ class Ledger:
         intents = {
             (r["run_id"], r["group"])
             for r in rows
-            if r["phase"] == PHASE_INTENT and r["group"] in wanted
+            if r["phase"] == PHASE_INTENT and r["group"] in wanted and r["run_id"] not in ignore
         }
         closed = {(r["run_id"], r["group"]) for r in rows if r["phase"] == PHASE_OUTCOME}
         open_ = intents - closed

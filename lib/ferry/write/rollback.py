@@ -1,182 +1,297 @@
-"""Undo a run: write back the offsets a group had before a `migrate`, `copy`, `reset` or
-`delete` run. `rollback_job` is the one entry for `migrate --rollback` and `groups rollback`.
+"""Undo a run: write back the offsets its groups had before a `migrate`, `copy`, `reset`,
+`delete` (or rollback) run. `rollback_job` is the one entry for `migrate --rollback` and
+`groups rollback`; docs/jobs/migrate.md#rollback says what it promises.
 
-Rollback reads what the run wrote from the ledger and, for each group — only if it is Empty
-or Dead right now — commits the recorded previous offsets in one request. A group whose
-outcome the run recorded as committed is restored. A group the run only announced (an intent
-row without an outcome: the run stopped before it could record one) is restored only if its
-offsets are still exactly what the run meant to write — then the write landed; if they are
-still the previous ones nothing happened, and if they are anything else the group moved on
-since and is left alone. Partitions the group had no offset for before the run cannot be
-un-committed one by one through the Admin API; when that holds for every partition of a
-group, the group is deleted (it did not exist before the run), otherwise the rollback of that
-group is reported as incomplete.
+From the ledger, for each group the run wrote (an outcome committed or UNKNOWN) or only
+announced (an intent without outcome: the run stopped first): the offsets it had before, the
+offsets the run wrote, and whether a later run may have written it since
+(`rules.superseding_runs`) — such a group is named and left alone. The others go through the
+guarded write path (`ferry.write.commit.execute_writes`: write-ahead intent, claims, batches of
+`admin.batch_groups`, one ledger commit of outcomes per batch) with this module's check right
+before each write (`rules.rollback_check`): a group still at exactly the offsets the run wrote
+is restored (or deleted, when it had no offsets before the run); one already at its previous
+offsets is ALREADY_RESTORED (an earlier, killed try did it, or the run never wrote it) and
+counts as rolled back; anything else moved on since and is named and left alone (MOVED).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ferry import kafka
 from ferry.kafka.cluster import Cluster
-from ferry.write import commit, ledger
+from ferry.keys import TopicPartitionKey
+from ferry.status import GroupStatus
+from ferry.write import commit, ledger, rules
 
 if TYPE_CHECKING:
     from ferry.config import FerryConfig
 
 # What a rollback prints, per group partition (migrate and groups alike).
 ROLLBACK_COLUMNS = ["group", "topic", "partition", "previous_offset", "new_offset", "status"]
+# A group's rollback is done with one of these (and no partition left it could not undo).
+ROLLED_BACK = frozenset({GroupStatus.RESTORED, GroupStatus.DELETED, GroupStatus.ALREADY_RESTORED})
 
 
 @dataclass
 class RollbackGroup:
     group: str
-    restore: dict[tuple[str, int], int]  # partitions that had an offset before the run
-    unset: list[tuple[str, int]]  # partitions that had none
-    run_offsets: dict[tuple[str, int], int | None]  # what the run wrote (None: deleted)
+    restore: dict[TopicPartitionKey, int]  # partitions that had an offset before the run
+    unset: list[TopicPartitionKey]  # partitions that had none
+    wrote: dict[TopicPartitionKey, int | None]  # what the run wrote (None: deleted)
+    since: datetime | None = None  # when the run announced its write
     is_confirmed: bool = True  # False: intent only, the outcome was never recorded
+    superseded_by: list[str] = field(default_factory=list)  # later runs that may have written it
+
+    @property
+    def partitions(self) -> list[TopicPartitionKey]:
+        return sorted(set(self.restore) | set(self.unset))
 
 
-def rollback_plan(ledger_df: DataFrame, run_id: str) -> list[RollbackGroup]:
-    """The groups the run changed (or announced it would), with their previous offsets
-    (collected: one row per partition the run wrote)."""
-    rows = ledger.filter_run_writes(ledger_df, run_id).collect()
-    outcomes = {r.group for r in rows if r.phase == ledger.PHASE_OUTCOME}
-    committed = {r.group for r in rows if r.is_committed}
+@dataclass
+class RunHistory:
+    """What the ledger says about a run's groups on one cluster: its own rows, and per group
+    every other executing run's writes of it (`rules.GroupWriteRecord`)."""
+
+    rows: list  # the run's intent, outcome (and older committed) rows
+    others: dict[str, list[rules.GroupWriteRecord]]
+    rollbacks: set[str]  # earlier rollbacks of the run (its reruns)
+
+
+def _row_time() -> F.Column:
+    return F.coalesce(F.col("row_time"), F.col("run_time"))
+
+
+def run_history(ledger_df: DataFrame, run_id: str, cluster: str | None) -> RunHistory:
+    """The run's rows, and what other executing runs did to its groups on `cluster`."""
+    writes = F.col("phase").isin(ledger.PHASE_INTENT, ledger.PHASE_OUTCOME) | F.col("is_committed")
+    rows = (
+        ledger_df.filter((F.col("run_id") == run_id) & writes)
+        .select(
+            "group",
+            "topic",
+            "partition",
+            "previous_offset",
+            "new_offset",
+            "phase",
+            "is_committed",
+            "status",
+            _row_time().alias("time"),
+        )  # fmt: skip
+        .collect()
+    )
+    groups_df = ledger_df.filter(F.col("run_id") == run_id).select("group").distinct()
+    announced = (F.col("phase") == ledger.PHASE_INTENT) | (
+        F.col("phase").isNull() & F.col("is_committed")
+    )
+    others_df = (
+        ledger_df.filter(
+            (F.col("run_id") != run_id)
+            & F.col("is_executed")
+            & (F.col("cluster") == F.lit(cluster))
+            & writes
+        )
+        .join(groups_df, "group", "left_semi")
+        .groupBy("run_id", "group")
+        .agg(
+            F.min(F.when(announced, _row_time())).alias("time"),
+            F.max((F.col("phase") == ledger.PHASE_OUTCOME).cast("int")).alias("has_outcome"),
+            F.max(F.col("is_committed").cast("int")).alias("is_committed"),
+            F.max((F.col("status") == GroupStatus.UNKNOWN.value).cast("int")).alias("unknown"),
+            F.first("rollback_of", ignorenulls=True).alias("rollback_of"),
+        )
+    )
+    others: dict[str, list[rules.GroupWriteRecord]] = {}
+    rollbacks: set[str] = set()
+    for r in others_df.collect():
+        if r.rollback_of == run_id:
+            rollbacks.add(r.run_id)
+        if r.time is None:
+            continue
+        may_have_written = not r.has_outcome or bool(r.is_committed) or bool(r.unknown)
+        others.setdefault(r.group, []).append(
+            rules.GroupWriteRecord(
+                r.run_id, r.time, may_have_written, bool(r.is_committed), r.rollback_of
+            )
+        )
+    return RunHistory(rows, others, rollbacks)
+
+
+def rollback_plan(history: RunHistory, run_id: str) -> list[RollbackGroup]:
+    """The groups the run wrote, or may have (an outcome committed or UNKNOWN, or an intent
+    without outcome), with the offsets they had before it and the offsets it wrote. Outcome
+    rows hold the offsets read right before the write; an intent's, those of the plan."""
+    rows = history.rows
+    outcome = {r.group for r in rows if r.phase == ledger.PHASE_OUTCOME}
+    landed = {
+        r.group
+        for r in rows
+        if r.is_committed or (r.phase == ledger.PHASE_OUTCOME and r.status == GroupStatus.UNKNOWN)
+    }
+    since: dict[str, datetime] = {}
+    for r in rows:
+        if (r.phase == ledger.PHASE_INTENT or r.phase is None) and r.time is not None:
+            since[r.group] = min(since.get(r.group, r.time), r.time)
     groups: dict[str, RollbackGroup] = {}
     for r in rows:
-        if r.group in committed:
-            # Outcome rows hold the offsets read right before the write; older tables have
-            # only committed rows.
-            use = r.is_committed
+        if r.group in landed:
+            # its outcome rows (UNKNOWN ones too); tables older than the phases: committed rows
+            use = r.phase == ledger.PHASE_OUTCOME or (r.phase is None and r.is_committed)
         else:
-            use = r.phase == ledger.PHASE_INTENT and r.group not in outcomes
-        if not use:
+            use = r.phase == ledger.PHASE_INTENT and r.group not in outcome
+        if not use or r.topic is None:
             continue
         g = groups.setdefault(
-            r.group, RollbackGroup(r.group, {}, [], {}, is_confirmed=r.group in committed)
+            r.group,
+            RollbackGroup(r.group, {}, [], {}, since.get(r.group), is_confirmed=r.group in landed),
         )
         tp = (r.topic, r.partition)
-        g.run_offsets[tp] = r.new_offset
+        g.wrote[tp] = r.new_offset
         if r.previous_offset is None:
             g.unset.append(tp)
         else:
             g.restore[tp] = r.previous_offset
+    for g in groups.values():
+        if g.since is not None:
+            g.superseded_by = rules.superseding_runs(
+                run_id, g.since, history.others.get(g.group, [])
+            )
     return [groups[k] for k in sorted(groups)]
 
 
-def unconfirmed_state(g: RollbackGroup, current: dict[tuple[str, int], int]) -> str:
-    """For an intent without outcome: `landed`, `not_written` or `moved`."""
+@dataclass
+class RollbackWrite(commit.GroupWrite):
+    """A group's rollback as a guarded write: `offsets` the ones to restore."""
 
-    def matches(expected: dict) -> bool:
-        return all(current.get(tp) == off for tp, off in expected.items())
+    unset: tuple[TopicPartitionKey, ...] = ()
+    wrote: dict[TopicPartitionKey, int | None] = field(default_factory=dict)
+    run_id: str = ""  # the run being rolled back
 
-    if matches(g.run_offsets):
-        return "landed"
-    before = {**g.restore, **{tp: None for tp in g.unset}}
-    if matches(before):
-        return "not_written"
-    return "moved"
-
-
-def apply_rollback(
-    cluster: Cluster,
-    plan: list[RollbackGroup],
-    execute: bool,
-    progress: Callable[[str], None],
-    batch_groups: int | None = None,
-) -> tuple[list[dict], dict[str, str | None]]:
-    """Returns (ledger rows, group -> error or None). Groups go in batches, as `ferry.write.commit`
-    writes them: one offset fetch round, one group listing, every write in flight together."""
-    rows: list[dict] = []
-    errors: dict[str, str | None] = {}
-    size = max(1, batch_groups or commit.BATCH_GROUPS)
-    for start in range(0, len(plan), size):
-        batch_rows, batch_errors = _rollback_batch(
-            cluster, plan[start : start + size], execute, progress
-        )
-        rows += batch_rows
-        errors.update(batch_errors)
-    return rows, errors
+    @property
+    def partition_count(self) -> int:
+        return len(set(self.offsets) | set(self.unset))
 
 
-def _rollback_batch(
-    cluster: Cluster,
-    batch: list[RollbackGroup],
-    execute: bool,
-    progress: Callable[[str], None],
-) -> tuple[list[dict], dict[str, str | None]]:
-    current = kafka.committed_offsets(cluster, [g.group for g in batch])
-    states: dict[str, str] = {}
-    errors: dict[str, str | None] = {}
-    for g in batch:
-        states[g.group] = "landed" if g.is_confirmed else unconfirmed_state(g, current[g.group])
-        errors[g.group] = None
-        if states[g.group] == "not_written":
-            progress(f"{g.group}: the run never wrote it; nothing to roll back")
-        elif states[g.group] == "moved":
-            errors[g.group] = (
-                f"group {g.group}: its offsets changed since the run, which never recorded "
-                "whether its write landed; not rolled back"
+def _stuck_note(group: str, stuck: Sequence[TopicPartitionKey]) -> str:
+    return (
+        f"group {group}: {len(stuck)} partitions had no offset before the run and cannot be "
+        "un-committed; restored the others"
+    )
+
+
+def check_batch(
+    cluster: Cluster, batch: Sequence[RollbackWrite]
+) -> tuple[dict[str, commit.WriteOutcome], dict[str, rules.RollbackCheck]]:
+    """Each group's offsets now, checked against the run's (`rules.rollback_check`): the
+    outcomes of the groups decided without a write (ALREADY_RESTORED, MOVED, FAILED), and the
+    checks of those to write."""
+    errors: dict[str, kafka.ClusterError] = {}
+    current = kafka.committed_offsets(cluster, [w.group for w in batch], errors)
+    out: dict[str, commit.WriteOutcome] = {}
+    checks: dict[str, rules.RollbackCheck] = {}
+    for w in batch:
+        if w.group in errors:
+            out[w.group] = commit.WriteOutcome(
+                w.group, GroupStatus.FAILED, False, str(errors[w.group])
             )
-    landed = [g for g in batch if execute and states[g.group] == "landed"]
-    failed = _restore(cluster, landed)
-    committed = set()
-    for g in landed:
-        if failed.get(g.group):
-            errors[g.group] = failed[g.group]
             continue
-        committed.add(g.group)
-        if g.restore and g.unset:
-            errors[g.group] = (
-                f"group {g.group}: {len(g.unset)} partitions had no offset before the run "
-                "and cannot be un-committed; restored the others"
+        now = current[w.group]
+        check = rules.rollback_check(now, w.offsets, w.unset, w.wrote)
+        if check.decision == rules.ROLLBACK_ALREADY:
+            note = _stuck_note(w.group, check.stuck) if check.stuck else None
+            out[w.group] = commit.WriteOutcome(
+                w.group, GroupStatus.ALREADY_RESTORED, True, note, now
             )
-        progress(f"rolled back {g.group}")
-    rows = [
+        elif check.decision == rules.ROLLBACK_MOVED:
+            message = (
+                f"group {w.group}: its offsets changed since run {w.run_id} wrote them; left alone"
+            )
+            out[w.group] = commit.WriteOutcome(w.group, GroupStatus.MOVED, False, message, now)
+        else:
+            checks[w.group] = check
+            out[w.group] = commit.WriteOutcome(w.group, GroupStatus.READY, False, None, now)
+    return out, checks
+
+
+def write_batch(
+    cluster: Cluster, batch: Sequence[commit.GroupWrite]
+) -> dict[str, commit.WriteOutcome]:
+    """Step 3 of the write path for a rollback's batch: states (Empty or Dead only), offsets
+    now, `rules.rollback_check`, then every restore and delete in flight together."""
+    rollbacks = [w for w in batch if isinstance(w, RollbackWrite)]
+    out: dict[str, commit.WriteOutcome] = {}
+    may_write, failed, active = kafka.by_state(cluster, [w.group for w in rollbacks])
+    for group, error in failed.items():
+        out[group] = commit.WriteOutcome(group, GroupStatus.FAILED, False, str(error))
+    for group, error in active.items():
+        out[group] = commit.WriteOutcome(group, GroupStatus.REFUSED, False, str(error))
+    inactive = [w for w in rollbacks if w.group in may_write]
+    checked, checks = check_batch(cluster, inactive)
+    out.update({g: o for g, o in checked.items() if g not in checks})
+    previous = {g: checked[g].previous for g in checks}
+    deletes = [
+        w
+        for w in inactive
+        if w.group in checks and checks[w.group].decision == rules.ROLLBACK_DELETE
+    ]
+    alters = [
+        w
+        for w in inactive
+        if w.group in checks and checks[w.group].decision == rules.ROLLBACK_ALTER
+    ]
+    if deletes:
+        out.update(commit.delete(cluster, deletes, previous))
+    if alters:
+        results = kafka.alter_offsets_each(cluster, {w.group: w.offsets for w in alters})
+        for w in alters:
+            done = commit.outcome(
+                w.group, results[w.group], previous[w.group], GroupStatus.RESTORED
+            )
+            if done.is_committed and checks[w.group].stuck:
+                done.message = _stuck_note(w.group, checks[w.group].stuck)
+            out[w.group] = done
+    return out
+
+
+def _rows(
+    g: RollbackGroup,
+    cluster_id: str | None,
+    status: str,
+    previous: dict | None,
+    message: str | None,
+) -> list[dict]:
+    """One ledger (and output) row per partition of the group: `previous_offset` its offset
+    right before this rollback as read (`previous` None: an intent's, what the run wrote),
+    `new_offset` the one restored (None: none before the run)."""
+    return [
         {
-            "cluster": cluster.conf.get("bootstrap.servers"),
+            "cluster": cluster_id,
             "group": g.group,
             "topic": tp[0],
             "partition": tp[1],
-            "previous_offset": current[g.group].get(tp),
+            "previous_offset": g.wrote.get(tp) if previous is None else previous.get(tp),
             "new_offset": g.restore.get(tp),
-            "status": _row_status(states[g.group], tp in g.restore),
-            "is_committed": g.group in committed,
-            "message": errors[g.group],
+            "status": str(status),
+            "is_committed": False,
+            "message": message,
         }
-        for g in batch
-        for tp in sorted(set(g.restore) | set(g.unset))
+        for tp in g.partitions
     ]
-    return rows, errors
 
 
-def _restore(cluster: Cluster, groups: list[RollbackGroup]) -> dict[str, str]:
-    """Write back each group's previous offsets (or delete a group that had none), only if
-    it is Empty or Dead right now; group -> error for those that were not."""
-    may_write, not_described, active = kafka.by_state(cluster, [g.group for g in groups])
-    failed = {group: str(error) for group, error in {**not_described, **active}.items()}
-    ready = [g for g in groups if g.group in may_write]
-    restores = {g.group: g.restore for g in ready if g.restore}
-    for group, error in kafka.alter_offsets_each(cluster, restores).items():
-        if error is not None:
-            failed[group] = str(error)
-    deletes = [g.group for g in ready if not g.restore and g.unset]
-    for group, text in kafka.delete_groups(cluster, deletes).items():
-        if text:
-            failed[group] = f"deleting group {group}: {text}"
-    return failed
-
-
-def _row_status(state: str, had_offset: bool) -> str:
-    if state == "landed":
-        return "RESTORED" if had_offset else "UNSET"
-    return "NOT_WRITTEN" if state == "not_written" else "MOVED"
+def _superseded_message(g: RollbackGroup) -> str:
+    runs = ", ".join(g.superseded_by)
+    return (
+        f"group {g.group}: written since by run {runs}, which this run's rollback would undo; "
+        f"left alone (roll back {runs} first)"
+    )
 
 
 @dataclass
@@ -185,7 +300,8 @@ class RollbackRun:
 
     plan: list[RollbackGroup]
     rows: list[dict]
-    errors: dict[str, str]  # group -> why it was not rolled back
+    errors: dict[str, str]  # group -> why it was not (fully) rolled back
+    statuses: dict[str, str]
     run_id: str
     writer: str
 
@@ -198,6 +314,7 @@ def run_rollback(
     execute: bool,
     progress: Callable[[str], None],
     batch_groups: int | None = None,
+    lease_ms: int = 900_000,
 ) -> RollbackRun:
     """Roll back `run_id` on `cluster` (dry run unless `execute`) and record it in the ledger.
 
@@ -219,31 +336,68 @@ def run_rollback(
             f"run {run_id} changed {', '.join(sorted(c or '?' for c in changed))}, "
             f"not {cluster.name}"
         )
-    plan = rollback_plan(ledger_df, run_id)
+    history = run_history(ledger_df, run_id, here)
+    plan = rollback_plan(history, run_id)
     if not plan:
         raise UsageError(f"run {run_id} committed nothing in ledger {ledger_path}")
-    own = ledger.Ledger(spark, ledger_path, ledger.new_run_id("rollback"), "rollback", execute)
-    if execute:  # write-ahead, as every write: what is about to be restored, before it is
-        here_id = cluster.conf.get("bootstrap.servers")
-        own.append(
-            [
-                {
-                    "cluster": here_id,
-                    "group": g.group,
-                    "topic": tp[0],
-                    "partition": tp[1],
-                    "previous_offset": g.run_offsets.get(tp),
-                    "new_offset": g.restore.get(tp),
-                    "status": "RESTORE" if tp in g.restore else "UNSET",
-                }
-                for g in plan
-                for tp in sorted(set(g.restore) | set(g.unset))
-            ],
-            ledger.PHASE_INTENT,
+    own = ledger.Ledger(
+        spark, ledger_path, ledger.new_run_id("rollback"), "rollback", execute, rollback_of=run_id
+    )
+    blocked = [g for g in plan if g.superseded_by]
+    writes = [
+        RollbackWrite(
+            g.group,
+            dict(g.restore),
+            _rows(g, here, GroupStatus.READY, None, None),
+            is_delete=not g.restore,
+            is_forward_only=False,
+            unset=tuple(g.unset),
+            wrote=dict(g.wrote),
+            run_id=run_id,
         )
-    rows, errors = apply_rollback(cluster, plan, execute, progress, batch_groups)
-    writer = own.append(rows, ledger.PHASE_OUTCOME if execute else ledger.PHASE_PLAN)
-    return RollbackRun(plan, rows, {g: e for g, e in errors.items() if e}, own.run_id, writer)
+        for g in plan
+        if not g.superseded_by
+    ]
+    outcomes: dict[str, commit.WriteOutcome] = {
+        g.group: commit.WriteOutcome(
+            g.group, GroupStatus.WRITTEN_SINCE, False, _superseded_message(g)
+        )
+        for g in blocked
+    }
+    blocked_rows = [
+        row
+        for g in blocked
+        for row in _rows(g, here, GroupStatus.WRITTEN_SINCE, {}, outcomes[g.group].message)
+    ]
+    if execute:
+        outcomes.update(
+            commit.execute_writes(
+                cluster, writes, blocked_rows, own, lease_ms, progress, batch_groups,
+                write=write_batch, ignore_claims={run_id, *history.rollbacks},
+            )
+        )  # fmt: skip
+    else:
+        size = max(1, batch_groups or commit.BATCH_GROUPS)
+        for start in range(0, len(writes), size):
+            outcomes.update(check_batch(cluster, writes[start : start + size])[0])
+    rows = []
+    for g in plan:  # sorted by group
+        o = outcomes[g.group]
+        group_rows = _rows(g, here, o.status, o.previous, o.message)
+        for row in group_rows:
+            row["is_committed"] = o.is_committed
+        rows += group_rows
+    if not execute:
+        own.append(rows, ledger.PHASE_PLAN)
+    done = ROLLED_BACK if execute else ROLLED_BACK | {GroupStatus.READY}
+    errors = {
+        g: o.message or str(o.status)
+        for g, o in outcomes.items()
+        if o.message or o.status not in done
+    }
+    statuses = {g: str(o.status) for g, o in outcomes.items()}
+    writer = own.writer or delta.writer_name(spark)
+    return RollbackRun(plan, rows, errors, statuses, own.run_id, writer)
 
 
 def rollback_job(
@@ -256,19 +410,22 @@ def rollback_job(
 ) -> int:
     """`migrate --rollback RUN_ID` and `groups rollback RUN_ID`: roll the run back on the
     config's `section` cluster (the one it changed), print one row per group partition and
-    a summary, and return the exit code (0 every group rolled back, 1 not)."""
+    a summary, and return the exit code: 0 every group rolled back (or, in a dry run, would
+    be), 75 the only groups left are claimed by another run, 1 otherwise (each group left
+    named on stderr, one line each)."""
     from ferry.config import require
-    from ferry.errors import EXIT_INCOMPLETE, EXIT_OK
+    from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, EXIT_TRY_AGAIN
     from ferry.output import emit, print_summary
     from ferry.session import build_session
 
     require(cfg, section, "ledger.path")
-    cluster = cfg.client(section)
+    cluster = Cluster.from_config(cfg, section)
     kafka.check_reachable(cluster)  # one clear error instead of a timeout mid-run
     spark = build_session("ferry-rollback")
     done = run_rollback(
-        spark, cluster, cfg.ledger.path, run_id, execute, progress, cfg.admin.batch_groups
-    )
+        spark, cluster, cfg.ledger.path, run_id, execute, progress, cfg.admin.batch_groups,
+        cfg.ledger.lease_ms,
+    )  # fmt: skip
     emit(done.rows, ROLLBACK_COLUMNS, output)
     for group, error in sorted(done.errors.items()):
         print(f"not rolled back: {group}: {error}", file=sys.stderr)
@@ -276,7 +433,12 @@ def rollback_job(
     if execute:
         summary = f"{n - failed} of {n} groups rolled back"
     else:
-        summary = f"{n} groups would be rolled back (dry run; re-run with --execute)"
+        summary = (
+            f"{n - failed} of {n} groups would be rolled back (dry run; re-run with --execute)"
+        )
     summary += f"; run {done.run_id}; ledger {cfg.ledger.path} via {done.writer}"
     print_summary(summary, output)
-    return EXIT_OK if not done.errors else EXIT_INCOMPLETE
+    if not done.errors:
+        return EXIT_OK
+    claimed = {g for g, s in done.statuses.items() if s == GroupStatus.CLAIMED}
+    return EXIT_TRY_AGAIN if set(done.errors) <= claimed else EXIT_INCOMPLETE

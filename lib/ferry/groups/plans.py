@@ -1,24 +1,23 @@
-"""Changes to groups on one cluster: copy/split, reset and delete plans, and their rows.
-
-The plan functions are plain Python over plain values (what `describe.fetch_groups` found);
-`group_writes` hands the changes to `ferry.write.commit`, the only writer (write-ahead
-ledger, one verified request per group).
+"""Changes to groups on one cluster, as plans: copy/split, reset and delete, their output rows
+and ledger rows. Pure: plain values in (what `ferry.groups.describe.fetch_groups` found), plain
+values out; no Spark, no Kafka client. `ferry.groups.apply` hands the plans to the write path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ferry import kafka
-from ferry.groups.describe import GroupsSnapshot
 from ferry.groups.reset import ResetError, Target, resolve_targets, scoped_partitions
 from ferry.groups.selection import is_selected
-from ferry.kafka.cluster import Cluster
-from ferry.kafka.groups import GroupInfo
 from ferry.keys import TopicPartitionKey
 from ferry.status import GroupStatus
-from ferry.write import commit, rules
+from ferry.write import rules
+
+if TYPE_CHECKING:
+    from ferry.groups.describe import GroupsSnapshot
+    from ferry.kafka.groups import GroupInfo
 
 
 def refusal(info: GroupInfo | None) -> str | None:
@@ -156,7 +155,7 @@ def plan_reset(
                 targets = resolve_targets(
                     group, spec, arg, keys, state.committed.get(group, {}), bounds,
                     offsets_at_time,
-                )
+                )  # fmt: skip
             except ResetError as exc:
                 error = error or str(exc)
         changes.append(GroupChange(group, "reset", targets, None, error))
@@ -175,60 +174,6 @@ def plan_delete(groups: Sequence[str], state: GroupsSnapshot) -> list[GroupChang
             error = f"group {group} is {info.state.title}; only Empty or Dead groups are deleted"
         changes.append(GroupChange(group, "delete", targets, None, error, is_delete=True))
     return changes
-
-
-# ------------------------------------------------------------------------------------- load
-
-
-def group_writes(
-    changes: Sequence[GroupChange], cluster: Cluster, allow_rewind: bool = False
-) -> list[commit.GroupWrite]:
-    """The executable changes as guarded writes (copies are forward only; resets may move a
-    group anywhere, as kafka-consumer-groups does)."""
-    return [
-        commit.GroupWrite(
-            change.group,
-            {(t.topic, t.partition): t.new_offset for t in change.targets},
-            ledger_rows([change], cluster, True),
-            is_delete=change.is_delete,
-            is_forward_only=change.action == "copy",
-            allow_rewind=allow_rewind,
-            already_status=GroupStatus.ALREADY_COPIED,
-        )
-        for change in changes
-        if change.error is None and change.skip is None
-    ]
-
-
-def record_outcomes(
-    changes: Sequence[GroupChange], outcomes: Mapping[str, commit.WriteOutcome]
-) -> None:
-    """Carry what ferry.write.commit did back onto the changes (errors stay with their group)."""
-    for change in changes:
-        outcome = outcomes.get(change.group)
-        if outcome is None or change.error is not None:
-            continue
-        change.outcome = outcome.status
-        change.committed = outcome.is_committed
-        if outcome.status == GroupStatus.ALREADY_COPIED:
-            change.skip = outcome.message
-        elif not outcome.is_committed:
-            change.error = outcome.message
-
-
-def delete_source_change(
-    cluster: Cluster, source: str, changes: Sequence[GroupChange]
-) -> GroupChange | None:
-    """`--delete-source`: the source group's delete, once every copy is done."""
-    if not changes or not all(c.committed or (c.skip and not c.error) for c in changes):
-        return None
-    committed = kafka.committed_offsets(cluster, [source])[source]
-    return GroupChange(
-        source,
-        "delete",
-        [Target(source, t, p, o, o) for (t, p), o in sorted(committed.items())],
-        is_delete=True,
-    )
 
 
 def change_status(change: GroupChange, execute: bool) -> GroupStatus:
@@ -264,15 +209,18 @@ def change_rows(changes: Iterable[GroupChange], execute: bool) -> list[dict]:
     return rows
 
 
-def ledger_rows(changes: Iterable[GroupChange], cluster: Cluster, execute: bool) -> list[dict]:
-    """Ledger rows for the shared audit table (rollback restores `previous_offset`)."""
+def ledger_rows(
+    changes: Iterable[GroupChange], cluster_id: str | None, execute: bool
+) -> list[dict]:
+    """Ledger rows for the shared audit table of the cluster whose bootstrap servers are
+    `cluster_id` (rollback restores `previous_offset`)."""
     out = []
     for row, change in (
         (r, c) for c in changes for r in change_rows([c], execute) if r["topic"] is not None
     ):
         out.append(
             {
-                "cluster": cluster.conf.get("bootstrap.servers"),
+                "cluster": cluster_id,
                 "group": row["group"],
                 "source_group": row["source_group"],
                 "topic": row["topic"],
