@@ -423,3 +423,27 @@ def test_a_batch_that_appears_during_the_run_stops_it_before_any_write(
     assert {k: v for k, v in now.items() if k != "6"} == before
     phases = Counter(r["phase"] for r in ledger_rows(tmp_path / "ledger"))
     assert phases["intent"] == 4 and phases["outcome"] == 0, phases
+
+
+def test_a_run_stopped_between_its_files_is_refused_and_rolled_back(copied_topic, tmp_path):
+    """A run killed after rewriting offsets/5 and before offsets/4: the next run refuses the
+    mixed checkpoint; the rollback puts offsets/5 back and leaves offsets/4 as it is."""
+    topic, config = copied_topic
+    path = spark_checkpoint(tmp_path / "cp", topic)
+    before = offsets_files(path)
+    done = run_job(
+        "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
+    )
+    assert done.code == 0, done.stderr
+    (run,) = [p.name for p in (path / "ferry").iterdir()]
+    (path / "offsets" / "4").write_bytes(before["4"])  # as if never rewritten
+    (path / "offsets" / ".4.crc").unlink()
+    again = run_job(
+        "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
+    )
+    assert again.code == 1 and f"names destination topic(s) copy.{topic}" in again.stderr
+    back = run_job(
+        "migrate", "--config", config, "--checkpoint", str(path), "--rollback", run, "--execute"
+    )
+    assert back.code == 0, back.stderr
+    assert offsets_files(path) == before

@@ -1,7 +1,8 @@
 """`migrate --checkpoint PATH --rollback RUN_ID [--execute]`: the offsets files a checkpoint run
 rewrote put back as they were, from the originals it copied under `PATH/ferry/RUN_ID/original/`.
 
-Only while the checkpoint still holds exactly what the run wrote: a file that differs, or a
+Only while the checkpoint still holds what the run wrote (or, for a run stopped between its
+files, the original of those it had not rewritten yet): a file that differs, or a
 batch newer than the run's (the query has run on the destination since), is refused (exit 1,
 nothing written) — putting source offsets back under batches the destination produced would
 make the query read the wrong records. All files or none; intent and outcome in the ledger.
@@ -49,9 +50,12 @@ def rollback_job(
     restore: dict[int, bytes] = {}
     for batch in originals:
         now = store.read(offsets_name(batch)) if store.exists(offsets_name(batch)) else None
+        original = store.read(f"{folder}/original/{offsets_name(batch)}")
+        if now == original:
+            continue  # a run stopped between its files never rewrote this one
         if now != store.read(f"{folder}/translated/{offsets_name(batch)}"):
             problems.append(f"{store.name(offsets_name(batch))} is not what run {run_id} wrote")
-        restore[batch] = store.read(f"{folder}/original/{offsets_name(batch)}")
+        restore[batch] = original
     if problems:
         raise FerryError(f"{store.root}: not rolled back: {problems[0]}")
     ledger = Ledger(
