@@ -4,6 +4,8 @@
         [--allow-rewind] [--max-duplicates N] [--wait DURATION] [-o table|json|csv]
         [--export-dir DIR] [--set KEY=VALUE ...]
     ./spark-submit.sh migrate --config FILE --rollback RUN_ID [--execute]
+    ./spark-submit.sh migrate --config FILE --checkpoint PATH [--execute | --rollback RUN_ID]
+    ./spark-submit.sh migrate --config FILE --positions FILE [-o csv|json]
 
 Dry run unless --execute. Exit 0 when every selected group was migrated or already was (dry
 run: would be), 75 when the only groups left are PENDING (the replica has not caught up) or
@@ -17,6 +19,7 @@ import argparse
 import sys
 
 from ferry import kafka, migrate
+from ferry.checkpoint import job as positions_job
 from ferry.cli import (
     ArgumentParser,
     Progress,
@@ -68,6 +71,7 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     )
     parser.add_argument("--export-dir", help="write one kafka-consumer-groups CSV per group")
     parser.add_argument("--rollback", metavar="RUN_ID", help="restore offsets from the ledger")
+    positions_job.add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -75,6 +79,9 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     wait_s = parse_span(args.wait, "--wait") if args.wait else 0.0
     cfg = load_config(args.config, args.set)
+    if positions_job.is_requested(args):  # a checkpoint's or a list's positions, not groups
+        progress = Progress(not args.quiet, "migrate --checkpoint/--positions")
+        return positions_job.main(args, cfg, progress, parse_span(args.idle, "--idle"))
     if args.rollback:
         progress = Progress(not args.quiet, f"migrate --rollback {args.rollback}")
         return rollback.rollback_job(

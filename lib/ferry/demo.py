@@ -13,8 +13,11 @@ again), a `migrate` dry run (its plan printed), `--execute`, the next scheduled 
 (every group already migrated: nothing moves), a read-back that checks every group landed
 exactly, a second `audit` (all exact), the consumers starting on the destination watched by
 `lag-snapshot` runs and a `lag-status` evaluation, and `decode-offsets` over the destination's
-`__consumer_offsets`. Every table lands under var/demo, named in var/demo/overview.yaml for
-notebooks/ferry_overview.ipynb.
+`__consumer_offsets`. A Structured Streaming query (Spark's own Kafka connector) read
+`payments` on the source halfway through and stopped; its checkpoint is translated
+(`migrate --checkpoint`, dry run then `--execute`), the query restarted on the destination,
+and its sink checked: every source record exactly once. Every table lands under var/demo,
+named in var/demo/overview.yaml for notebooks/ferry_overview.ipynb.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ferry import kafka
 from ferry.testing.brokers import local_brokers
 from ferry.testing.mm2 import mirror_maker, wait_replicated, wait_synced
 from ferry.testing.produce import Record, commit_offsets, create_topics, delete_records, produce
+from ferry.testing.replicate import read_all
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPICS = {"orders": 4, "payments": 2, "clicks": 2}
@@ -54,6 +58,8 @@ CHUNK = 15  # records produced per partition at a time while MM2 copies
 # between two lag snapshots (fraud's consumer has not started).
 READ_PER_SNAPSHOT = {"billing": 12, "analytics": 40, "fraud": 0}
 SNAPSHOTS = 3
+STREAMED = "payments"  # the topic a Structured Streaming query reads (stopped halfway)
+STREAM_STOPS_AT = 75  # the query runs once the source holds this many records per partition
 
 Offsets = Mapping[tuple[str, int], int]
 
@@ -174,6 +180,8 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
             for (topic, p), recs in records.items():
                 produce(src_conf, topic, p, recs[start : start + CHUNK])
             wait_replicated(mm, list(TOPICS))
+            if start + CHUNK == STREAM_STOPS_AT:
+                stream = run_streaming_query(work, source.bootstrap, STREAMED)
         for group, offsets in GROUPS.items():
             commit_offsets(src_conf, group, offsets)
         wait_synced(mm, {g: list(GROUPS[g]) for g in SYNCED_GROUPS})
@@ -209,6 +217,17 @@ def story(demo: Demo, source, dest) -> int:  # noqa: ANN001 - two LocalBrokers
     demo.run("migrate", migrate_yaml, "--execute", label="scheduled rerun")
     landed = check_landed(dst_conf)
     demo.run("audit", migrate_yaml, label="audit after the cutover", summary=_audit_line)
+    # The streaming query: its checkpoint translated, then restarted on the destination.
+    demo.run("migrate", migrate_yaml, "--checkpoint", stream.checkpoint, label="streaming: dry run")
+    demo.run(
+        "migrate",
+        migrate_yaml,
+        "--checkpoint",
+        stream.checkpoint,
+        "--execute",
+        label="streaming: rewrite the checkpoint",
+    )
+    landed |= check_streamed(work, stream, dest.bootstrap, src_conf)
 
     # The consumers start on the destination: lag snapshots while they catch up.
     positions = {g: exact(o) for g, o in GROUPS.items()}
@@ -305,6 +324,48 @@ def write_configs(
         + lag_tables_yaml(paths)
     )
     return migrate_yaml, lag_yaml
+
+
+def run_streaming_query(work: Path, bootstrap: str, topic: str, stage: str = "source"):  # noqa: ANN201
+    """The user's Structured Streaming query on `topic` (Spark's own Kafka connector, its own
+    Spark application), run until it has read what is there; its `Query`."""
+    from ferry.testing.streaming import Query, run_queries
+
+    query = Query(
+        name=f"payments-{stage}",
+        bootstrap=bootstrap,
+        topic=topic,
+        checkpoint=str(work / "stream" / "checkpoint"),
+        sink=str(work / "stream" / "sink"),
+        max_offsets_per_trigger=40,
+    )
+    t0 = time.monotonic()
+    outcome = run_queries(work / "stream" / "runs", [query])
+    if outcome[query.name] is not None:
+        raise DemoFailed(f"the streaming query failed on the {stage}: {outcome[query.name]}")
+    print(
+        f"demo: a Structured Streaming query read {topic} on the {stage} until its end and "
+        f"stopped ({time.monotonic() - t0:.0f} s)"
+    )
+    return query
+
+
+def check_streamed(work: Path, query, dest_bootstrap: str, src_conf: dict) -> int:  # noqa: ANN001
+    """Restart the query against the destination on its translated checkpoint; every source
+    record must be in its sink exactly once."""
+    from collections import Counter
+
+    from ferry.testing.streaming import sink_values
+
+    run_streaming_query(work, dest_bootstrap, f"source.{query.topic}", stage="destination")
+    expected = Counter((r.key.decode(), r.value.decode()) for r in read_all(src_conf, query.topic))
+    seen = sink_values(query.sink)
+    again, missing = sum((seen - expected).values()), sum((expected - seen).values())
+    print(
+        f"demo: the streaming query's sink holds {sum(seen.values())} records: "
+        f"{sum(expected.values())} on the source, {again} twice, {missing} missing"
+    )
+    return 0 if (again, missing) == (0, 0) else 1
 
 
 def check_landed(dest_config: dict) -> int:

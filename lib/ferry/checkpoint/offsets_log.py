@@ -1,0 +1,202 @@
+"""A Structured Streaming checkpoint's offset log as text: parsed, its Kafka positions found,
+and rewritten with other positions byte-compatibly (pure: no Spark, no Kafka).
+
+What Spark writes (`OffsetSeqLog`, format `v1`): `offsets/N` is the line `v1`, the batch's
+metadata JSON on one line, then one line per source of the query, in the query's source order:
+the source's offset JSON, or `-` for a source that has none yet. Lines are joined by `\\n`, with
+no newline after the last. A Kafka source's line maps topic → partition (a string) → the next
+offset to read: `{"events":{"0":23,"1":7}}`. `commits/N` marks batch N done; when the newest
+`offsets/N` has no `commits/N`, Spark runs batch N again on restart, from `offsets/N-1` to
+`offsets/N`, so both must be translated. Batch ids name state store versions and the sink's
+own batch log: they are never changed.
+
+A rewrite changes only the Kafka lines that are translated: the header, the metadata line,
+other sources' lines and `-` are kept byte for byte; a translated line keeps its topics' and
+partitions' order where the topic keeps its partitions, compact as Spark's json4s writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ferry.errors import UsageError
+
+SUPPORTED_VERSION = "v1"
+NO_OFFSET = "-"
+
+TopicPartitionOffsets = dict[str, dict[int, int]]  # topic -> partition -> next offset
+
+
+class CheckpointFormatError(UsageError):
+    """Not a checkpoint, or an offsets file Ferry cannot read: the message names the file
+    (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """One source's line of an offsets file: its index among the query's sources, its text,
+    and its Kafka positions when it is a Kafka source's line (None otherwise)."""
+
+    index: int
+    text: str
+    kafka: TopicPartitionOffsets | None
+
+    @property
+    def is_kafka(self) -> bool:
+        return self.kafka is not None
+
+
+@dataclass(frozen=True)
+class OffsetsFile:
+    """One parsed `offsets/N`."""
+
+    batch_id: int
+    version: str
+    metadata: str
+    sources: tuple[SourceLine, ...]
+
+    @property
+    def kafka_sources(self) -> list[SourceLine]:
+        return [s for s in self.sources if s.is_kafka]
+
+
+def kafka_offsets(text: str) -> TopicPartitionOffsets | None:
+    """A source line's Kafka positions, or None when the line is not a Kafka source's: a JSON
+    object of topics, each an object of partition numbers to whole offsets. Other sources
+    (files, Delta, rate) write objects of other shapes, or plain values."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not value:
+        return None
+    out: TopicPartitionOffsets = {}
+    for topic, partitions in value.items():
+        if not isinstance(partitions, dict) or not partitions:
+            return None
+        per: dict[int, int] = {}
+        for partition, offset in partitions.items():
+            if not (partition.isascii() and partition.isdigit()):
+                return None
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                return None
+            per[int(partition)] = offset
+        out[topic] = per
+    return out
+
+
+def parse_offsets_file(name: str, batch_id: int, data: bytes) -> OffsetsFile:
+    """`offsets/N`'s bytes parsed; `name` (its path) goes in every error."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckpointFormatError(f"{name}: not UTF-8 text: not a Spark offsets file") from None
+    lines = text.split("\n")
+    if not lines or not lines[0].startswith("v"):
+        raise CheckpointFormatError(f"{name}: no version line: not a Spark offsets file")
+    if lines[0] != SUPPORTED_VERSION:
+        raise CheckpointFormatError(
+            f"{name}: offsets format {lines[0]!r}: Ferry reads {SUPPORTED_VERSION} only"
+        )
+    if len(lines) < 2:
+        raise CheckpointFormatError(f"{name}: no metadata line: the file is damaged")
+    metadata = lines[1]
+    if metadata:
+        try:
+            json.loads(metadata)
+        except ValueError:
+            raise CheckpointFormatError(
+                f"{name}: metadata line is not JSON: the file is damaged"
+            ) from None
+    sources = []
+    for index, line in enumerate(lines[2:]):
+        if line == NO_OFFSET:
+            sources.append(SourceLine(index, line, None))
+            continue
+        if not line.strip():
+            raise CheckpointFormatError(f"{name}: source {index} has an empty line: damaged")
+        try:
+            json.loads(line)
+        except ValueError:
+            # Sources write JSON (a plain number is JSON too): anything else is damage, most
+            # often a file cut short while it was written.
+            raise CheckpointFormatError(
+                f"{name}: source {index}'s offsets are not JSON: the file is damaged"
+            ) from None
+        sources.append(SourceLine(index, line, kafka_offsets(line)))
+    return OffsetsFile(batch_id, lines[0], metadata, tuple(sources))
+
+
+def render_kafka_line(offsets: Mapping[str, Mapping[int, int]]) -> str:
+    """A Kafka source's line for `offsets` (topic → partition → next offset), compact as
+    Spark's json4s writes it: topics in the order given, partitions ascending."""
+    body = {
+        topic: {str(p): int(o) for p, o in sorted(parts.items())}
+        for topic, parts in offsets.items()
+    }
+    return json.dumps(body, separators=(",", ":"))
+
+
+def translated_line(
+    source: SourceLine,
+    rename: Mapping[str, str],
+    new_offsets: Mapping[tuple[str, int], int],
+) -> str:
+    """A Kafka source line with every topic renamed (`rename`: source → destination topic)
+    and every partition's offset replaced from `new_offsets` ((destination topic, partition)
+    → offset). A destination topic's partitions are exactly those `new_offsets` names for it
+    (the same as the source's unless the topic was reconciled to another partition count)."""
+    assert source.kafka is not None
+    out: dict[str, dict[int, int]] = {}
+    for topic in source.kafka:  # the original topic order
+        dst_topic = rename[topic]
+        out[dst_topic] = {p: o for (t, p), o in sorted(new_offsets.items()) if t == dst_topic}
+    return render_kafka_line(out)
+
+
+def render_offsets_file(parsed: OffsetsFile, lines: Mapping[int, str]) -> bytes:
+    """The file's bytes with the source lines `lines` names (index → text) replaced, every
+    other byte as it was."""
+    out = [parsed.version, parsed.metadata]
+    out += [lines.get(s.index, s.text) for s in parsed.sources]
+    return "\n".join(out).encode("utf-8")
+
+
+def batch_ids(names: Iterable[str]) -> list[int]:
+    """The batch ids among a log directory's file names, ascending: Spark's logs name files
+    by the batch id alone and ignore everything else there (`.N.crc`, temporary files)."""
+    return sorted(int(n) for n in names if n.isascii() and n.isdigit())
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """Which offsets files a translation reads and rewrites: the newest batch, and the one
+    before it when the newest is not committed (Spark re-runs it from the one before)."""
+
+    newest: int
+    is_committed: bool
+    batches: tuple[int, ...]  # ascending
+
+
+def choose_batches(name: str, offsets_ids: Iterable[int], commit_ids: Iterable[int]) -> BatchChoice:
+    """The batches to translate from the ids found in `offsets/` and `commits/`; `name` (the
+    checkpoint) goes in the error."""
+    offsets = sorted(set(offsets_ids))
+    commits = set(commit_ids)
+    if not offsets:
+        raise CheckpointFormatError(f"{name}: no batch in offsets/: the query never ran a batch")
+    newest = offsets[-1]
+    if newest in commits:
+        return BatchChoice(newest, True, (newest,))
+    if newest - 1 not in offsets:
+        # The first batch (or the first kept) is uncommitted: Spark re-runs it from the
+        # source's starting offsets (`sources/`), which Ferry does not translate.
+        gone = f" and offsets/{newest - 1} is not there" if newest else ""
+        raise CheckpointFormatError(
+            f"{name}: batch {newest} is not committed{gone}: "
+            "Spark re-runs it from the query's starting offsets; restart the query on the "
+            "source until a batch commits"
+        )
+    return BatchChoice(newest, False, (newest - 1, newest))
