@@ -44,6 +44,7 @@ LIB_ZIP = BUILD / "ferry-lib.zip"
 ENV_DIR = BUILD / "env"
 ENV_ARCHIVE = BUILD / "ferry-env.tar.gz"
 ENV_SHA256 = BUILD / "ferry-env.tar.gz.sha256"
+UNBUILT = "unbuilt"  # in a printed URI, for an archive `make package` has not built yet
 ENV_FLOOR = BUILD / "ferry-env.floor"
 DRIVER_PYTHON = BUILD / "driver-python"
 # The oldest glibc the environment may need: RHEL 8's. Wheels are chosen for it (pip's
@@ -322,6 +323,8 @@ def published_uri(archive: Path, directory: str, strict: bool = True) -> tuple[s
             raise RuntimeError(f"{directory} has no scheme and no fs.defaultFS was found "
                                "in $HADOOP_CONF_DIR/core-site.xml")  # fmt: skip
     sha = ENV_SHA256.read_text().strip() if archive == ENV_ARCHIVE and ENV_SHA256.is_file() else ""
+    if not sha and not strict and not archive.is_file():
+        sha = UNBUILT  # --print-command before `make package`: the name a build will give it
     directory = directory.rstrip("/")
     return directory, f"{directory}/ferry-env-{sha or _sha256(archive)}.tar.gz"
 

@@ -63,6 +63,16 @@ def test_the_testing_package_starts_only_kafka_jvms():
         ("burrow.py", "['java'"),  # ZooKeeperServerMain from Kafka 3.9's jars, for Burrow
         ("burrow.py", "[BINARY"),  # Debian's Burrow 1.2.1
         ("yarn.py", "cmd"),  # java ... MiniHadoopClusterManager: Hadoop's YARN + HDFS
+        # an older node's root filesystem (test_old_glibc): debootstrap, Debian's CPython
+        # source (apt-get source), its build, and chroot into it; /proc mounted for the loader
+        ("rootfs.py", "['debootstrap'"),
+        ("rootfs.py", "['apt-get'"),
+        ("rootfs.py", "['tar'"),
+        ("rootfs.py", "['mount'"),
+        ("rootfs.py", "['umount'"),
+        ("rootfs.py", "[chroot_bin"),
+        # a real Structured Streaming query with Spark's Kafka connector (test_checkpoint)
+        ("streaming.py", "_command(spec)"),
     }
     for name, first in launches:
         assert any(name == a and first.startswith(b) for a, b in allowed), (name, first)
