@@ -21,7 +21,14 @@ from ferry.errors import UsageError
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
 from ferry.migrate.decision import GroupDecision, decide
-from ferry.migrate.discover import _MISSING, _RECONCILE, Discovery, _both, _topic_plan
+from ferry.migrate.discover import (
+    MISSING,
+    RECONCILE,
+    Discovery,
+    both_clusters,
+    read_bounds,
+    topic_plan,
+)
 from ferry.migrate.model import Plan
 from ferry.status import GroupState
 
@@ -55,8 +62,8 @@ def discover_positions(
     count on the destination is reconciled (a set holds every partition of it, as a checkpoint
     line does); otherwise its partitions are NO_DESTINATION, said why. `known_src_topics`: the
     source's topics when the caller already listed them."""
-    # Each cluster's calls in a thread of its own, as group discovery does (`_both`).
-    src_topics, dst_topics = _both(
+    # Each cluster's calls in a thread of its own, as group discovery does (`both_clusters`).
+    src_topics, dst_topics = both_clusters(
         lambda: _reachable_topics(src, known_src_topics), lambda: _reachable_topics(dst, None)
     )
     names = sorted(sets)
@@ -73,7 +80,7 @@ def discover_positions(
     for topic in sorted(topics):
         if topic not in src_topics:
             raise UsageError(f"topic {topic} is not on the source cluster")
-        plan = _topic_plan(topic, cfg, src_topics, dst_topics)
+        plan = topic_plan(topic, cfg, src_topics, dst_topics)
         if plan is None:
             raise UsageError(f"topic {topic} is not selected by the config's topics section")
         plans[topic] = plan
@@ -86,27 +93,21 @@ def discover_positions(
                     f"({topic} has {src_topics[topic]} partitions)"
                 )
             dst_topic, mode, count = plans[topic]
-            if mode == _MISSING:
+            if mode == MISSING:
                 disc.missing[(name, tp)] = f"topic {dst_topic} not on destination"
-            elif mode == _RECONCILE and not allow_reconcile:
+            elif mode == RECONCILE and not allow_reconcile:
                 disc.missing[(name, tp)] = (
                     f"{dst_topic} has {count} partitions on the destination, {topic} "
                     f"{src_topics[topic]} on the source: a position list is translated "
                     "partition by partition"
                 )
-            elif mode == _RECONCILE:
+            elif mode == RECONCILE:
                 disc.reconcile_topics[topic] = (src_topics[topic], count)
             elif partition >= count:
                 disc.missing[(name, tp)] = f"{dst_topic} has {count} partitions on destination"
     missing = {tp for _n, tp in disc.missing}
-    needed = {tp for offsets in sets.values() for tp in offsets if tp not in missing}
-    exact = {tp for tp in needed if not disc.is_reconciled(tp[0])}
-    dst_needed = {(cfg.topics.destination_topic(t), p) for t, p in exact}
-    for topic, (n_src, n_dst) in disc.reconcile_topics.items():
-        needed |= {(topic, p) for p in range(n_src)}
-        dst_needed |= {(cfg.topics.destination_topic(topic), q) for q in range(n_dst)}
-    disc.source_bounds, disc.destination_bounds = _both(
-        lambda: kafka.watermarks(src, needed), lambda: kafka.watermarks(dst, dst_needed)
+    read_bounds(
+        disc, cfg, src, dst, {tp for tps in sets.values() for tp in tps if tp not in missing}
     )
     return disc
 

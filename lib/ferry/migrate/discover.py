@@ -50,7 +50,7 @@ A = TypeVar("A")
 B = TypeVar("B")
 
 
-def _both(source_call: Callable[[], A], destination_call: Callable[[], B]) -> tuple[A, B]:
+def both_clusters(source_call: Callable[[], A], destination_call: Callable[[], B]) -> tuple[A, B]:
     """Run one call per cluster at the same time (each thread keeps to its own cluster and
     its AdminClient, so no client is shared across threads)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -95,8 +95,8 @@ def discover(
     ]
     # The destination's offsets are fetched for every group, refused ones too: cheaper than
     # waiting for the states before asking.
-    (source_info, committed_all, src_topics), (destination_info, dst_offsets, dst_topics) = _both(
-        lambda: _side(src, groups, src_listed), lambda: _side(dst, groups, None)
+    (source_info, committed_all, src_topics), (destination_info, dst_offsets, dst_topics) = (
+        both_clusters(lambda: _side(src, groups, src_listed), lambda: _side(dst, groups, None))
     )
     disc = Discovery(
         groups=groups,
@@ -109,7 +109,7 @@ def discover(
     # Every rule (selection, renames, partitioning) is decided once per topic: ten thousand
     # groups on a few topics are 640,000 partitions, and regexes per partition cost seconds.
     fetched: set[TopicPartitionKey] = set().union(*(o.keys() for o in committed_all.values()))
-    topic_plans = {t: _topic_plan(t, cfg, src_topics, dst_topics) for t in {t for t, _ in fetched}}
+    topic_plans = {t: topic_plan(t, cfg, src_topics, dst_topics) for t in {t for t, _ in fetched}}
     # Partitions past the destination's count (a topic recreated with fewer partitions can
     # leave commits there): looked for in a group only when some group has one.
     beyond = {tp for tp in fetched if (plan := topic_plans[tp[0]]) and tp[1] >= plan[2]}
@@ -138,9 +138,9 @@ def discover(
             if plan is None:
                 continue
             dst_topic, mode, partitions = plan
-            if mode == _RECONCILE:
+            if mode == RECONCILE:
                 disc.reconcile_topics[topic] = (src_topics[topic], dst_topics[dst_topic])
-            elif mode == _MISSING:
+            elif mode == MISSING:
                 for tp in offsets:
                     if tp[0] == topic:
                         disc.missing[(group, tp)] = f"topic {dst_topic} not on destination"
@@ -155,41 +155,50 @@ def discover(
     # The distinct partitions, gathered by set unions (C speed) rather than a Python loop over
     # every group partition.
     needed: set[TopicPartitionKey] = set().union(*(disc.committed[g].keys() for g in active))
+    read_bounds(disc, cfg, src, dst, needed)
+    return disc
+
+
+def read_bounds(
+    disc: Discovery, cfg: FerryConfig, src: Cluster, dst: Cluster, needed: set[TopicPartitionKey]
+) -> None:
+    """Fill `disc`'s watermarks: of the `needed` source partitions and the destination
+    partitions they land on (none for those `disc.missing` names), and of every partition of a
+    reconciled topic on both sides (records move between partitions)."""
     missing = {tp for _g, tp in disc.missing}
     # Whether a partition lands depends on the topic and partition alone, not the group.
     exact_needed = {tp for tp in needed if not disc.is_reconciled(tp[0]) and tp not in missing}
     dst_needed = {(cfg.topics.destination_topic(t), p) for t, p in exact_needed}
-    # Reconciled topics: every partition on both sides (records move between partitions).
+    needed = set(needed)
     for topic, (n_src, n_dst) in disc.reconcile_topics.items():
         needed |= {(topic, p) for p in range(n_src)}
         dst_needed |= {(cfg.topics.destination_topic(topic), q) for q in range(n_dst)}
-    disc.source_bounds, disc.destination_bounds = _both(
+    disc.source_bounds, disc.destination_bounds = both_clusters(
         lambda: kafka.watermarks(src, needed), lambda: kafka.watermarks(dst, dst_needed)
     )
-    return disc
 
 
-_RECONCILE = "reconcile"
-_MISSING = "missing"
-_EXACT = "exact"
+RECONCILE = "reconcile"
+MISSING = "missing"
+EXACT = "exact"
 
 
-def _topic_plan(
+def topic_plan(
     topic: str, cfg: FerryConfig, src_topics: dict[str, int], dst_topics: dict[str, int]
 ) -> tuple[str, str, int] | None:
     """How a source topic's committed partitions are planned: None (not selected: internal,
-    excluded or gone from the source), else (destination topic, _RECONCILE | _MISSING |
-    _EXACT, the destination's partition count)."""
+    excluded or gone from the source), else (destination topic, RECONCILE | MISSING |
+    EXACT, the destination's partition count)."""
     if topic.startswith("__") or not cfg.topics.matches(topic) or topic not in src_topics:
         return None
     dst_topic = cfg.topics.destination_topic(topic)
     mode = cfg.matching.partitioning_for(topic)
     is_resized = dst_topics.get(dst_topic) != src_topics[topic]
     if dst_topic in dst_topics and (mode == "reconcile" or (mode == "auto" and is_resized)):
-        return dst_topic, _RECONCILE, dst_topics[dst_topic]
+        return dst_topic, RECONCILE, dst_topics[dst_topic]
     if dst_topic not in dst_topics:
-        return dst_topic, _MISSING, 0
-    return dst_topic, _EXACT, dst_topics[dst_topic]
+        return dst_topic, MISSING, 0
+    return dst_topic, EXACT, dst_topics[dst_topic]
 
 
 def exact_partitions(disc: Discovery) -> dict[str, dict[TopicPartitionKey, int]]:
