@@ -78,18 +78,11 @@ def rollback_job(
         ledger.append(ledger_rows("INTENT"), PHASE_INTENT)
         if newest_batch(store) != newest:
             raise FerryError(f"{store.root}: a batch appeared during the rollback: nothing written")
-        written = []
-        try:
-            for batch, data in restore.items():
-                store.write(offsets_name(batch), data)
-                written.append(batch)
-                if store.read(offsets_name(batch)) != data:
-                    raise FerryError(f"{store.name(offsets_name(batch))}: read back differs")
-        except Exception:
-            translated = f"{folder}/translated"
-            for batch in written:  # all files or none
-                store.write(offsets_name(batch), store.read(f"{translated}/{offsets_name(batch)}"))
-            raise
+        # all files or none: a failure puts back the translations this rollback replaced
+        store.replace_all(
+            {offsets_name(b): data for b, data in restore.items()},
+            lambda relative: store.read(f"{folder}/translated/{relative}"),
+        )
         # Marked, so that a later run does not take the checkpoint for one this run translated.
         store.write(f"{folder}/{ROLLED_BACK}", ledger.run_id.encode())
         ledger.append(ledger_rows("RESTORED", True), PHASE_OUTCOME)

@@ -9,6 +9,7 @@ file is never left half written under its own name.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ferry.errors import FerryError
@@ -107,6 +108,25 @@ class HadoopStore:
             raise
         except Exception as exc:  # noqa: BLE001
             raise StoreError(f"cannot write {self.name(relative)}: {_reason(exc)}") from exc
+
+    def write_verified(self, relative: str, data: bytes) -> None:
+        """`write`, then read back: a store that kept other bytes is an error."""
+        self.write(relative, data)
+        if self.read(relative) != data:
+            raise StoreError(f"{self.name(relative)}: read back differs from what was written")
+
+    def replace_all(self, files: Mapping[str, bytes], previous: Callable[[str], bytes]) -> None:
+        """Each file's content replaced (`write_verified`), all files or none: after a failure
+        the files already written get `previous(relative)` back, and the failure is raised."""
+        written: list[str] = []
+        try:
+            for relative, data in files.items():
+                written.append(relative)
+                self.write_verified(relative, data)
+        except Exception:
+            for relative in written:
+                self.write(relative, previous(relative))
+            raise
 
 
 def _reason(exc: BaseException) -> str:

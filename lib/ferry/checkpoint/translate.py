@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ferry import kafka
 from ferry.checkpoint import offsets_log, positions
 from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
-from ferry.checkpoint.store import HadoopStore, StoreError
+from ferry.checkpoint.store import HadoopStore
 from ferry.config import FerryConfig
 from ferry.errors import FerryError
 from ferry.migrate.decision import GroupDecision, exit_code
@@ -322,24 +322,12 @@ def rewrite(
     store, run = cp.store, ledger.run_id
     for batch in files:
         for kind, data in (("original", cp.data[batch]), ("translated", files[batch])):
-            relative = f"{FERRY_DIR}/{run}/{kind}/{offsets_name(batch)}"
-            store.write(relative, data)
-            if store.read(relative) != data:
-                raise StoreError(f"{store.name(relative)}: read back differs from what was written")
+            store.write_verified(f"{FERRY_DIR}/{run}/{kind}/{offsets_name(batch)}", data)
     progress(f"originals copied to {store.name(f'{FERRY_DIR}/{run}/original')}")
     ledger.append(checkpoint_ledger_rows(cp, plan, decisions, dst), PHASE_INTENT)
     check_unchanged(cp)
-    written: list[int] = []
-    try:
-        for batch, data in files.items():
-            store.write(offsets_name(batch), data)
-            written.append(batch)
-            if store.read(offsets_name(batch)) != data:
-                raise StoreError(f"{store.name(offsets_name(batch))}: read back differs")
-    except Exception:
-        for batch in written:  # all files or none
-            store.write(offsets_name(batch), cp.data[batch])
-        raise
+    originals = {offsets_name(b): cp.data[b] for b in files}
+    store.replace_all({offsets_name(b): data for b, data in files.items()}, originals.__getitem__)
     progress(f"rewrote {', '.join(store.name(offsets_name(b)) for b in files)}")
     ledger.append(
         checkpoint_ledger_rows(cp, plan, decisions, dst, status="COMMITTED", is_committed=True),
