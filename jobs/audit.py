@@ -70,8 +70,8 @@ def main(argv: list[str]) -> int:
             "their exact offsets are those of this moment"
         )
     progress(f"{len(disc.groups)} groups selected")
+    plan = migrate.build_plan(session, src, dst, disc, cfg, progress)
     spark = session()
-    plan = migrate.build_plan(spark, src, dst, disc, cfg, progress)
     spans = plan.resolved_spans()
     counts = audit.count_records(spark, dst, spans, disc.destination_bounds, cfg, progress)
     rows = audit.audit_rows(

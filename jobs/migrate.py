@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
     src = kafka.Cluster.from_config(cfg, "source")
     dst = kafka.Cluster.from_config(cfg, "destination")
     # The session starts while discovery asks both clusters about every group (seconds for
-    # 10,000 groups); neither waits for the other.
+    # 10,000 groups) and a small source is read on the driver; neither waits for the other.
     session = start_session("ferry-migrate")
 
     progress("discovering groups")
@@ -102,13 +102,14 @@ def main(argv: list[str]) -> int:
     for warning in disc.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     progress(f"{len(disc.groups)} groups selected, {len(disc.refusals)} refused")
+    first_plan = migrate.build_plan(session, src, dst, disc, cfg, progress)
     spark = session()
     plan, decisions = migrate.replan_pending(
         spark,
         src,
         dst,
         cfg,
-        migrate.build_plan(spark, src, dst, disc, cfg, progress),
+        first_plan,
         lambda p: migrate.decide(p, args.allow_rewind, args.max_duplicates),
         wait_s,
         args.allow_active_source,

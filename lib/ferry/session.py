@@ -172,6 +172,14 @@ def has_delta_jars(spark: SparkSession) -> bool:
         return False
 
 
+SparkOrLater = SparkSession | Callable[[], SparkSession]  # a session, or one still starting
+
+
+def session_of(spark: SparkOrLater) -> SparkSession:
+    """The session itself, waiting for it if it is still starting (`start_session`)."""
+    return spark() if callable(spark) else spark
+
+
 def local_df(spark: SparkSession, rows: Sequence[tuple], schema: StructType) -> DataFrame:
     """Driver rows as a DataFrame, sent to the JVM as Arrow: a list of tuples would go through
     pickling and, on its first use in a run, start Python workers (about a second)."""

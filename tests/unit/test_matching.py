@@ -7,9 +7,10 @@ import hashlib
 import pytest
 from chispa import assert_df_equality
 
-from ferry.migrate import matching
+from ferry.migrate import anchors, matching
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
-from ferry.migrate.plan import POSITIONS_SCHEMA
+from ferry.migrate.plan import ANCHORED_SCHEMA
+from ferry.session import local_df
 
 T0 = 1_700_000_000_000
 RECORD_SCHEMA = (
@@ -31,20 +32,29 @@ def records(spark, topic, values, *, first_offset=0, ts=None, offsets=None, segm
     return spark.createDataFrame(rows, RECORD_SCHEMA)
 
 
+def anchors_of(spark, positions, src_df, k):
+    """The anchors of `positions` (POSITIONS_SCHEMA tuples) among `src_df`'s records, as
+    migrate finds them: chosen on the driver (`anchors.nearest_records`), their records and
+    context joined in Spark."""
+    read = src_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()
+    nearest = anchors.nearest_records([(t, p, c) for t, p, c, *_ in positions], read)
+    rows = [(*row, *nearest[row[:3]][:3]) for row in positions]
+    return matching.with_anchor_records(
+        local_df(spark, rows, ANCHORED_SCHEMA), matching.with_context(src_df, k)
+    )
+
+
 def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, dst_last=None):
     """Run all matching stages on the commits' positions; commits: list of (group,
     committed_offset); each group gets its position's row."""
-    committed_df = spark.createDataFrame(
-        [("src", 0, c, "dst", 0, 0, 10**6) for c in sorted({c for _, c in commits})],
-        POSITIONS_SCHEMA,
-    )
+    positions = [("src", 0, c, "dst", 0, 0, 10**6) for c in sorted({c for _, c in commits})]
     dst_offsets = [r.offset for r in dst_df.select("offset").collect()]
     last_ts = dst_last if dst_last is not None else T0 + 10**9
     bounds_df = spark.createDataFrame(
         [("dst", 0, min(dst_offsets, default=0), max(dst_offsets, default=-1) + 1, last_ts)],
         DST_BOUNDS_SCHEMA,
     )
-    anchors_df = matching.select_anchors(committed_df, matching.with_context(src_df, k))
+    anchors_df = anchors_of(spark, positions, src_df, k)
     candidates_df = matching.with_candidates(
         anchors_df, matching.with_context(dst_df, k), before, after
     )
@@ -198,12 +208,10 @@ def test_anchors_across_gaps_for_many_groups_sharing_a_partition(spark):
     values = ["a", "b", "c", "d", "e", "f"]
     src = records(spark, "src", values, offsets=[3, 4, 5, 8, 9, 12])
     commits = {"g2": 2, "g3": 3, "g4": 4, "g7": 7, "g8": 8, "g9": 9, "g12": 12, "g13": 13}
-    committed_df = spark.createDataFrame(
-        [("src", 0, c, "dst", 0, 0, 13) for c in sorted(set(commits.values()))], POSITIONS_SCHEMA
-    )
+    positions = [("src", 0, c, "dst", 0, 0, 13) for c in sorted(set(commits.values()))]
     by_offset = {
         r.committed_offset: (r.anchor_kind, r.anchor_offset)
-        for r in matching.select_anchors(committed_df, matching.with_context(src, 2)).collect()
+        for r in anchors_of(spark, positions, src, 2).collect()
     }
     anchors = {g: by_offset[c] for g, c in commits.items()}
     assert anchors == {

@@ -4,11 +4,11 @@ is closed, and which candidates count (no brokers)."""
 from __future__ import annotations
 
 from ferry.config import FerryConfig
-from ferry.migrate import matching, search
-from ferry.migrate.plan import POSITIONS_SCHEMA
+from ferry.migrate import lookups, matching, search, slices
+from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.ranges import RangeBook
 
-from .test_matching import T0, records
+from .test_matching import T0, anchors_of, records
 
 K = 2
 
@@ -17,10 +17,9 @@ def state_of(
     spark, src_values, dst_values, c, slice_bounds, *, dst_ts=None, src_ts=None, before=50, after=50
 ):
     """with_slice_state for one group committed at `c` on src, one slice on dst."""
-    committed_df = spark.createDataFrame([("src", 0, c, "dst", 0, 0, 10**6)], POSITIONS_SCHEMA)
     src_df = records(spark, "src", src_values, ts=src_ts)
     dst_df = records(spark, "dst", dst_values, ts=dst_ts)
-    anchors_df = matching.select_anchors(committed_df, matching.with_context(src_df, K))
+    anchors_df = anchors_of(spark, [("src", 0, c, "dst", 0, 0, 10**6)], src_df, K)
     anchor = anchors_df.first()
     position = min(
         (i for i in range(len(dst_values)) if (dst_ts or {}).get(i, T0 + 10 * i)
@@ -29,16 +28,18 @@ def state_of(
     )  # fmt: skip
     slices_df = spark.createDataFrame(
         [("dst", 0, anchor.anchor_timestamp_ms, position, *slice_bounds, 0, len(dst_values))],
-        search.SLICES_SCHEMA,
+        slices.SLICES_SCHEMA,
     )
-    candidates_df = search.filter_candidates_in_slices(
+    candidates_df = slices.filter_candidates_in_slices(
         matching.with_candidates(anchors_df, matching.with_context(dst_df, K), before, after),
         anchors_df,
         slices_df,
     )
-    row = search.with_slice_state(
-        anchors_df, candidates_df, dst_df, slices_df, K, before, after
-    ).first()
+    bounds_df = spark.createDataFrame(
+        [("dst", 0, 0, len(dst_values), T0 + 10**9)], DST_BOUNDS_SCHEMA
+    )
+    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, after)
+    row = slices.with_slice_state(resolved_df, dst_df, slices_df, K, before, after).first()
     return row.is_decided, row.is_left_closed, row.is_right_closed
 
 
@@ -91,7 +92,7 @@ def test_closed_sides_need_k_plus_one_records_outside_the_window(spark):
 
 
 def test_slice_bounds_grow_and_close_at_the_log():
-    s = search.AnchorSlice(position=100, log_start=90, log_end=1000, before=0, after=64)
+    s = slices.AnchorSlice(position=100, log_start=90, log_end=1000, before=0, after=64)
     assert s.bounds(K) == (97, 167)
     s.close_at_edges(K)
     assert (s.is_left_closed, s.is_right_closed, s.is_open) == (False, False, True)
@@ -122,7 +123,7 @@ def test_partitions_read_whole_are_the_small_and_the_densely_anchored():
 def test_a_slice_never_reads_past_its_window_and_closes_at_it():
     """Once its window's offsets are known (a full read's), a slice is clamped to them and a
     side that reaches them is closed, as a full read of the window would be."""
-    s = search.AnchorSlice(position=500, log_start=0, log_end=10_000, before=0, after=64)
+    s = slices.AnchorSlice(position=500, log_start=0, log_end=10_000, before=0, after=64)
     s.window = (400, 700)
     s.before, s.after = 1024, 1024
     assert s.bounds(K) == (400, 700)
@@ -135,9 +136,9 @@ def test_leftovers_are_read_to_their_windows_edges_at_once():
     step; a closed side stays where it is. Too much left: they widen step by step."""
     book = RangeBook()
     book.new_ranges({("t", 0): [(480, 600)], ("t", 1): [(4_000, 4_200)]})
-    small = search.AnchorSlice(position=500, log_start=0, log_end=10_000, before=0, after=64)
+    small = slices.AnchorSlice(position=500, log_start=0, log_end=10_000, before=0, after=64)
     small.window = (100, 900)
-    half = search.AnchorSlice(position=4_100, log_start=0, log_end=10_000, before=0, after=64)
+    half = slices.AnchorSlice(position=4_100, log_start=0, log_end=10_000, before=0, after=64)
     half.window = (3_000, 5_000)
     half.is_right_closed = True
     cfg = FerryConfig()
@@ -149,7 +150,7 @@ def test_leftovers_are_read_to_their_windows_edges_at_once():
     half.close_at_edges(K)
     assert not small.is_open and not half.is_open
 
-    big = search.AnchorSlice(position=5_000, log_start=0, log_end=10**7, before=0, after=64)
+    big = slices.AnchorSlice(position=5_000, log_start=0, log_end=10**7, before=0, after=64)
     big.window = (0, 10**7)
     before = big.bounds(K)
     assert search.finish_leftovers(None, {("t", 2, 3): big}, {}, book, cfg) is None
@@ -172,9 +173,9 @@ def test_each_slice_gets_its_own_window_and_never_less_than_it_covers(monkeypatc
         asked.update(windows)
         return {tp: [(lo // 1000, hi // 1000) for lo, hi in ws] for tp, ws in windows.items()}
 
-    monkeypatch.setattr(search, "window_extents", extents)
-    a = search.AnchorSlice(position=100, log_start=0, log_end=10**6, before=0, after=64)
-    b = search.AnchorSlice(position=500, log_start=0, log_end=10**6, before=0, after=64)
-    search.look_up_windows(None, {("t", 0, 900_000): b, ("t", 0, 200_000): a}, {}, K, 50, 70)
+    monkeypatch.setattr(lookups, "window_extents", extents)
+    a = slices.AnchorSlice(position=100, log_start=0, log_end=10**6, before=0, after=64)
+    b = slices.AnchorSlice(position=500, log_start=0, log_end=10**6, before=0, after=64)
+    lookups.look_up_windows(None, {("t", 0, 900_000): b, ("t", 0, 200_000): a}, {}, K, 50, 70)
     assert asked == {("t", 0): [(199_950, 200_071), (899_950, 900_071)]}
     assert a.window == (97, 200) and b.window == (497, 900)  # a's own reach: from 97

@@ -50,6 +50,7 @@ _HOMES = {
     "offsets_for_timestamps": "ferry.kafka.probes",
     "read": "ferry.kafka.records",
     "read_with_offsets": "ferry.kafka.records",
+    "timestamp_offsets": "ferry.kafka.log_offsets",
     "watermarks": "ferry.kafka.log_offsets",
 }
 __all__ = sorted(_HOMES)

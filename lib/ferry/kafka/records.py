@@ -17,16 +17,15 @@ the tests compare both paths on the same ranges.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange, RangeReader, arrow_batches, arrow_schema, total_offsets
 from ferry.kafka.source import output_schema, read_with_spark
-
-SparkOrLater = SparkSession | Callable[[], SparkSession]
+from ferry.session import SparkOrLater, session_of
 
 
 def read(
@@ -65,11 +64,11 @@ def read_with_offsets(
     ignore_headers: Sequence[str] = (),
 ):  # noqa: ANN201 - pyarrow imported lazily
     """`read(..., keep=True)` (`columns` holding topic, partition and offset), and the
-    (topic, partition, offset) of every record it holds as
+    (topic, partition, offset, and timestamp when among `columns`) of every record it holds as
     an Arrow table on the driver: a driver read's own columns (no Spark job, no rows), a Spark
     read's through `toArrow` (no Row objects: 380,000 offsets took 5 s as rows, 0.9 s so)."""
     df, table = _read(spark, cluster, ranges, columns, hash_fields, ignore_headers, False, True)
-    wanted = ["topic", "partition", "offset"]
+    wanted = ["topic", "partition", "offset", *(["timestamp"] if "timestamp" in columns else [])]
     return df, (table.select(wanted) if table is not None else df.select(*wanted).toArrow())
 
 
@@ -93,9 +92,9 @@ def _read(
             ignore_headers=ignore_headers,
             to_next_record=to_next_record,
         )
-        session = spark() if callable(spark) else spark
+        session = session_of(spark)
         return session.createDataFrame(table, schema), table
-    session = spark() if callable(spark) else spark
+    session = session_of(spark)
     df = read_with_spark(
         session,
         cluster,

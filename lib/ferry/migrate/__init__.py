@@ -4,11 +4,12 @@ once, top to bottom:
 1. `discover` (driver, admin API): selected groups, states and committed offsets on both
    clusters, watermarks.
 2. `extract` (data source): the source records around every committed offset, each range
-   read once.
-3. `search`: the destination records around where every anchor's timestamp lands, read
-   outward one Spark job per step until each anchor is decided or its window is read.
-4. `plan` (`ferry.migrate.matching`, pure transforms): anchors, candidates, context scores, one plan
-   row per group × source partition.
+   read once; `anchors` (driver): each position's anchor among the offsets read.
+3. `search`: the destination records around where every anchor's timestamp lands
+   (`lookups`), read outward step by step until each anchor is decided or its window is read;
+   each step one read and one Spark job that matches the positions read in it (`slices`).
+4. `plan` (`ferry.migrate.matching`, pure transforms): candidates, context scores, one row
+   per position, given to every group × source partition at it.
 5. `decision` (pure): per group READY, ALREADY_MIGRATED, PENDING, REFUSED, ... and the exit code
    a scheduler acts on.
 6. `load`: write READY groups through `ferry.write.commit` (write-ahead ledger, claims, checks right

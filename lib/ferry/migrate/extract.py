@@ -35,7 +35,9 @@ from ferry.kafka.reader import OffsetRange
 from ferry.keys import TopicPartitionKey
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
+from ferry.session import SparkOrLater, session_of
 
+READ_COLUMNS = ["topic", "partition", "offset", "timestamp"]  # what matching reads, and sha256
 RECORD_COLUMNS = ["topic", "partition", "segment", "offset", "timestamp_ms", "sha256"]
 MAX_LOOKBACK_ROUNDS = 8
 
@@ -72,25 +74,36 @@ def read_records(
 
 
 def read_records_and_offsets(
-    spark: SparkSession, cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig
-):  # noqa: ANN201 - (DataFrame, Arrow table of topic, partition, offset)
-    """`read_records`, and the offsets of the records read, on the driver as Arrow."""
+    spark: SparkOrLater, cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig
+):  # noqa: ANN201 - (DataFrame, Arrow table of topic, partition, offset, timestamp_ms)
+    """`read_records`, and the offsets and timestamps of the records read, on the driver as
+    Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     df, offsets = kafka.read_with_offsets(
         spark,
         cluster,
         ranges,
-        columns=["topic", "partition", "offset", "timestamp"],
+        columns=READ_COLUMNS,
         hash_fields=cfg.matching.hash,
         ignore_headers=cfg.matching.ignore_headers,
     )
-    records_df = df.select(
+    records_df = as_records(df)
+    millis = pc.divide(pc.cast(offsets.column("timestamp"), pa.int64()), 1000)
+    read = offsets.drop_columns(["timestamp"]).append_column("timestamp_ms", millis)
+    return records_df, read
+
+
+def as_records(read_df: DataFrame) -> DataFrame:
+    """A read's rows (`READ_COLUMNS` and sha256) as records (`RECORDS_SCHEMA`)."""
+    return read_df.select(
         "topic",
         "partition",
         "offset",
         F.unix_millis("timestamp").alias("timestamp_ms"),
         "sha256",
     )
-    return records_df, offsets
 
 
 def with_segments(records_df: DataFrame, segments_df: DataFrame) -> DataFrame:
@@ -116,20 +129,24 @@ def with_segments(records_df: DataFrame, segments_df: DataFrame) -> DataFrame:
 
 
 def extract_source_records(
-    spark: SparkSession,
+    spark: SparkOrLater,
     src: Cluster,
     positions: Iterable[tuple[str, int, int]],
     disc: Discovery,
     cfg: FerryConfig,
     progress: Callable[[str], None],
-) -> DataFrame:
+):  # noqa: ANN201 - (DataFrame, Arrow table)
     """Read the source around every committed offset (positions: topic, partition, offset),
-    looking further back where needed."""
+    looking further back where needed: the records, and the (topic, partition, offset,
+    timestamp_ms) of each on the driver as Arrow (`ferry.migrate.anchors` picks from them)."""
+    import pyarrow as pa
+
     k = cfg.matching.context
     book = RangeBook()
     pending = {((t, p), o) for t, p, o in positions}
     lookback = 2 * (k + 1)
     parts: list[DataFrame] = []
+    tables = []
     read: dict[TopicPartitionKey, list[int]] = defaultdict(list)  # offsets of records read
     for round_no in range(MAX_LOOKBACK_ROUNDS):
         ranges = book.new_ranges(source_needs(pending, disc.source_bounds, k, lookback))
@@ -138,6 +155,7 @@ def extract_source_records(
             progress(f"source: reading {len(ranges)} ranges ({n} offsets), round {round_no + 1}")
             records_df, offsets = read_records_and_offsets(spark, src, ranges, cfg)
             parts.append(records_df)
+            tables.append(offsets)
             # Offsets only, on the driver as Arrow: a driver read's own (no Spark job, where
             # counting them against the committed offsets in Spark was the small run's first
             # job), and no Row per record.
@@ -148,7 +166,12 @@ def extract_source_records(
             break
         pending = short
         lookback *= 4
-    return with_segments(union_records(spark, parts), book.segments_df(spark))
+    spark = session_of(spark)  # read on the driver while it was starting, if small
+    records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
+    read_table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table(
+        {"topic": pa.array([], pa.string()), "partition": pa.array([], pa.int32()),
+         "offset": pa.array([], pa.int64()), "timestamp_ms": pa.array([], pa.int64())})  # fmt: skip
+    return records_df, read_table
 
 
 def collect_rows(df: DataFrame) -> list[dict]:

@@ -37,8 +37,8 @@ from ferry.migrate.frontier import (
     join_frontiers,
     merge_gaps,
 )
+from ferry.migrate.lookups import anchor_positions
 from ferry.migrate.ranges import RangeBook
-from ferry.migrate.search import anchor_positions
 from ferry.session import local_df
 
 SLICES_SCHEMA = StructType(

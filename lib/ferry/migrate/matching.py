@@ -10,9 +10,10 @@ partition its position's result afterwards, on the driver):
    first) within the contiguous range it was read in. Neighbour means the adjacent row in
    offset order, never offset ± 1: compaction and transaction markers leave gaps, and they
    differ between clusters.
-2. `select_anchors` picks, for each committed offset C, the anchor: the last source record
-   before C ("last"), or when nothing precedes C the first record at or after it ("next"),
-   or neither ("none": the source has nothing before or after C).
+2. The anchor of each committed offset C: the last source record before C ("last"), or when
+   nothing precedes C the first record at or after it ("next"), or neither ("none": the
+   source has nothing before or after C). It is chosen on the driver, which holds the
+   offsets read (`ferry.migrate.anchors`); `with_anchor_records` adds its hash and context.
 3. `with_candidates` joins anchors to destination records with the same SHA-256 whose
    timestamp is within [anchor − window_before_ms, anchor + window_after_ms], and scores each
    by the length of the common prefix of its neighbours and the anchor's, before and after.
@@ -54,6 +55,8 @@ COMMITTED_COLUMNS = [
     "src_log_start_offset",
     "src_log_end_offset",
 ]
+# a position with its anchor, chosen on the driver (`ferry.migrate.anchors`)
+ANCHORED_COLUMNS = [*COMMITTED_COLUMNS, "anchor_kind", "anchor_offset", "anchor_timestamp_ms"]
 # matching's result per position (`resolve`)
 POSITION_COLUMNS = [
     "src_topic",
@@ -107,82 +110,33 @@ def with_context(records_df: DataFrame, k: int) -> DataFrame:
     )
 
 
-def select_anchors(committed_df: DataFrame, src_context_df: DataFrame) -> DataFrame:
-    """One row per position (committed offset) with its anchor record and its context.
+def with_anchor_records(anchors_df: DataFrame, src_context_df: DataFrame) -> DataFrame:
+    """One row per position with its anchor record's hash and context.
 
-    Each distinct committed offset is placed as a marker among its partition's records; one
-    sort per partition then finds the nearest record before it and at or after it, so the cost
-    grows with records + committed offsets, not with their product (many groups share a
-    partition). The marker sorts before a record at the same offset, which is "at or after".
-    """
-    c = committed_df.select(*COMMITTED_COLUMNS)
-    record_type = (
-        src_context_df.select(
-            F.struct("offset", "timestamp_ms", "sha256", "before", "after").alias("record")
-        )
-        .schema["record"]
-        .dataType
+    `anchors_df`: `ANCHORED_COLUMNS`, the anchor chosen on the driver (`ferry.migrate.anchors`:
+    kind, offset and timestamp). The anchors' records are picked out of the source records by
+    a broadcast join: positions are few beside records, and the records with their context
+    arrays are never shuffled or sorted again."""
+    a = anchors_df.select(*ANCHORED_COLUMNS)
+    r = src_context_df.select(
+        F.col("topic").alias("src_topic"),
+        F.col("partition").alias("src_partition"),
+        F.col("offset").alias("anchor_offset"),
+        F.col("sha256").alias("anchor_sha256"),
+        F.col("before").alias("src_before"),
+        F.col("after").alias("src_after"),
     )
-    markers = c.select(
-        F.col("src_topic").alias("topic"),
-        F.col("src_partition").alias("partition"),
-        F.col("committed_offset").alias("offset"),
-        F.lit(None).cast(record_type).alias("record"),
-    ).distinct()
-    records = src_context_df.select(
-        "topic",
-        "partition",
-        "offset",
-        F.struct("offset", "timestamp_ms", "sha256", "before", "after").alias("record"),
-    )
-    # Both lookups run over frames that start at the partition's first row: Spark grows such
-    # a frame row by row, where a frame ending at the last row (`unboundedFollowing`) is
-    # evaluated again for every row — quadratic in a partition's records (a 48-partition
-    # cutover with 200 groups spent ten minutes in one task). "Next" is "last" in reverse.
-    ordered = Window.partitionBy("topic", "partition").orderBy(
-        F.col("offset"), F.col("record").isNull().desc()
-    )
-    reversed_ = Window.partitionBy("topic", "partition").orderBy(
-        F.col("offset").desc(), F.col("record").isNull().asc()
-    )
-    nearest = (
-        markers.unionByName(records)
-        .select(
-            "topic",
-            "partition",
-            "offset",
-            "record",
-            F.last("record", ignorenulls=True)
-            .over(ordered.rowsBetween(Window.unboundedPreceding, -1))
-            .alias("last"),
-            F.last("record", ignorenulls=True)
-            .over(reversed_.rowsBetween(Window.unboundedPreceding, -1))
-            .alias("next"),
-        )
-        .filter(F.col("record").isNull())
-        .select(
-            F.col("topic").alias("src_topic"),
-            F.col("partition").alias("src_partition"),
-            F.col("offset").alias("committed_offset"),
-            "last",
-            "next",
-        )
-    )
-    best = c.join(nearest, ANCHOR_KEYS, "left")
-    kind = (
-        F.when(F.col("last").isNotNull(), F.lit("last"))
-        .when(F.col("next").isNotNull(), F.lit("next"))
-        .otherwise(F.lit("none"))
-    )
-    anchor = F.coalesce(F.col("last"), F.col("next"))
-    return best.select(
+    keys = ["src_topic", "src_partition", "anchor_offset"]
+    wanted = a.filter(F.col("anchor_kind") != "none").select(*keys).distinct()
+    picked = r.join(F.broadcast(wanted), keys)
+    return a.join(picked, keys, "left").select(
         *COMMITTED_COLUMNS,
-        kind.alias("anchor_kind"),
-        anchor["offset"].alias("anchor_offset"),
-        anchor["timestamp_ms"].alias("anchor_timestamp_ms"),
-        anchor["sha256"].alias("anchor_sha256"),
-        F.coalesce(anchor["before"], _empty_hashes()).alias("src_before"),
-        F.coalesce(anchor["after"], _empty_hashes()).alias("src_after"),
+        "anchor_kind",
+        "anchor_offset",
+        "anchor_timestamp_ms",
+        "anchor_sha256",
+        F.coalesce("src_before", _empty_hashes()).alias("src_before"),
+        F.coalesce("src_after", _empty_hashes()).alias("src_after"),
     )
 
 
@@ -195,7 +149,13 @@ def _common_prefix(a: str, b: str) -> Column:
         F.sequence(F.lit(1), n), lambda i: F.element_at(x, i) == F.element_at(y, i)
     )
     first_difference = F.nullif(F.array_position(is_equal, F.lit(False)), F.lit(0))
-    return F.when(n == 0, F.lit(0)).otherwise(F.coalesce(first_difference - 1, n))
+    # Most candidates match whole: two slices compared as values (generated code) settle them;
+    # the element-wise walk (a lambda, interpreted: 75 µs a row) runs only for the others.
+    return (
+        F.when(n == 0, F.lit(0))
+        .when(F.slice(x, 1, n) == F.slice(y, 1, n), n)
+        .otherwise(F.coalesce(first_difference - 1, n))
+    )
 
 
 def with_candidates(
@@ -237,7 +197,8 @@ def resolve(
     dst_bounds_df: DataFrame,
     window_after_ms: int,
 ) -> DataFrame:
-    """Exactly one row per position with status and offset."""
+    """Exactly one row per position with status and offset (`POSITION_COLUMNS`), and
+    is_full_match (the destination search's test of a decided slice)."""
     ranked = Window.partitionBy(*ANCHOR_KEYS).orderBy(
         F.desc("match_before"), F.desc("match_after"), F.asc("candidate_offset")
     )
@@ -249,7 +210,13 @@ def resolve(
             F.max(
                 F.when(
                     F.col("rank") == 1,
-                    F.struct("candidate_offset", "match_before", "match_after", "has_dst_next"),
+                    F.struct(
+                        "candidate_offset",
+                        "match_before",
+                        "match_after",
+                        "has_dst_next",
+                        "candidate_timestamp_ms",
+                    ),
                 )
             ).alias("top"),
             F.max(F.when(F.col("rank") == 2, F.struct("match_before", "match_after"))).alias(
@@ -298,4 +265,11 @@ def resolve(
         destination.cast(LongType()).alias("destination_offset"),
         status.alias("status"),
         status.isin(*RESOLVED_STATUSES).alias("is_resolved"),
+        # the top candidate matches the anchor's whole context at its own timestamp
+        F.coalesce(
+            (top["match_before"] == F.size("src_before"))
+            & (top["match_after"] == F.size("src_after"))
+            & (top["candidate_timestamp_ms"] == F.col("anchor_timestamp_ms")),
+            F.lit(False),
+        ).alias("is_full_match"),
     )

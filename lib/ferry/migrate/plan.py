@@ -11,12 +11,11 @@ import time
 from collections.abc import Callable
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
-from ferry.migrate import matching, search
+from ferry.migrate import anchors, matching, search
 from ferry.migrate.discover import Discovery, discover, exact_partitions
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
@@ -25,13 +24,14 @@ from ferry.migrate.extract import (
     destination_windows,
     extract_source_records,
     read_records,
+    read_records_and_offsets,
     window_offsets,
     with_segments,
 )
 from ferry.migrate.model import Plan, Position, row_order
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
-from ferry.session import local_df
+from ferry.session import SparkOrLater, local_df, session_of
 from ferry.status import GroupStatus, PartitionStatus
 
 __all__ = ["Plan", "build_plan", "replan_pending", "row_order"]
@@ -49,23 +49,33 @@ POSITIONS_SCHEMA = StructType(
         StructField("src_log_end_offset", LongType(), False),
     ]
 )
+# a position with its anchor (`matching.ANCHORED_COLUMNS`)
+ANCHORED_SCHEMA = StructType(
+    [
+        *POSITIONS_SCHEMA.fields,
+        StructField("anchor_kind", StringType(), False),
+        StructField("anchor_offset", LongType(), True),
+        StructField("anchor_timestamp_ms", LongType(), True),
+    ]
+)
 
 
 def build_plan(
-    spark: SparkSession,
+    spark: SparkOrLater,
     src: Cluster,
     dst: Cluster,
     disc: Discovery,
     cfg: FerryConfig,
     progress: Callable[[str], None],
 ) -> Plan:
-    """Extract what matching needs, match every distinct position once, and gather the plan."""
+    """Extract what matching needs, match every distinct position once, and gather the plan.
+    `spark` may still be starting: the source is read on the driver meanwhile, if small."""
     exact = exact_partitions(disc)
     wanted = sorted({(t, p, o) for offsets in exact.values() for (t, p), o in offsets.items()})
     positions = match_positions(spark, src, dst, disc, cfg, wanted, progress) if wanted else {}
     extra: dict[str, list[dict]] = {}
     if disc.reconcile_topics:
-        for row in plan_reconciled(spark, src, dst, disc, cfg, progress):
+        for row in plan_reconciled(session_of(spark), src, dst, disc, cfg, progress):
             extra.setdefault(row["group"], []).append(row)
     for (group, (topic, partition)), reason in sorted(disc.missing.items()):
         if group not in disc.refusals:
@@ -89,7 +99,7 @@ def build_plan(
 
 
 def match_positions(
-    spark: SparkSession,
+    spark: SparkOrLater,
     src: Cluster,
     dst: Cluster,
     disc: Discovery,
@@ -99,27 +109,46 @@ def match_positions(
 ) -> dict[Position, dict]:
     """Matching's row for each position (`matching.POSITION_COLUMNS`)."""
     k = cfg.matching.context
+    progress(f"matching {len(wanted)} distinct committed positions")
+    src_records_df, read = extract_source_records(spark, src, wanted, disc, cfg, progress)
+    spark = session_of(spark)
+    nearest = anchors.nearest_records(wanted, read)
     rows = []
+    # where the destination search looks: each anchor's destination partition and timestamp,
+    # with the context before it that its anchors need matched (the least of theirs)
+    context: dict[tuple[str, int, int], int] = {}
     for topic, partition, offset in wanted:
         start, end = disc.source_bounds[(topic, partition)]
         dst_topic = cfg.topics.destination_topic(topic)
-        rows.append((topic, partition, offset, dst_topic, partition, start, end))
-    progress(f"matching {len(rows)} distinct committed positions")
-    committed_df = local_df(spark, rows, POSITIONS_SCHEMA)
-    src_records_df = extract_source_records(spark, src, wanted, disc, cfg, progress)
-    src_context_df = matching.with_context(src_records_df, k)
-    anchors_df = matching.select_anchors(committed_df, src_context_df).persist()
+        anchor = nearest[(topic, partition, offset)]
+        rows.append((topic, partition, offset, dst_topic, partition, start, end, *anchor[:3]))
+        if anchor.kind != "none":
+            key = (dst_topic, partition, anchor.timestamp_ms)
+            context[key] = min(context.get(key, k), anchor.records_before)
+    anchors_df = matching.with_anchor_records(
+        local_df(spark, rows, ANCHORED_SCHEMA), matching.with_context(src_records_df, k)
+    ).persist()
+    slice_keys = sorted(context)
     dst_bounds = dict(disc.destination_bounds)
+    last_ts = destination_last_timestamps(dst, dst_bounds)
+    bounds_df = local_df(
+        spark,
+        [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
+        DST_BOUNDS_SCHEMA,
+    )
     if cfg.matching.search == "full":
-        dst_records_df, slices_df = _read_windows(spark, dst, anchors_df, dst_bounds, cfg, progress)
+        resolved = _match_windows(spark, dst, anchors_df, slice_keys, dst_bounds, bounds_df, cfg,
+                                  progress)  # fmt: skip
     else:
         found = search.search_destination(
             spark,
             dst,
             anchors_df,
+            context,
             dst_bounds,
+            bounds_df,
             cfg,
-            lambda ranges: read_records(spark, dst, ranges, cfg),
+            lambda ranges: read_records_and_offsets(spark, dst, ranges, cfg),
             progress,
         )
         per = found.offsets_read / max(1, found.positions)
@@ -127,38 +156,22 @@ def match_positions(
             f"destination: read {found.offsets_read} offsets for {found.positions} anchor "
             f"positions ({per:.0f} per position) in {found.steps} steps"
         )
-        dst_records_df, slices_df = found.records_df, found.slices_df
-    last_ts = destination_last_timestamps(dst, dst_bounds)
-    bounds_df = local_df(
-        spark,
-        [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
-        DST_BOUNDS_SCHEMA,
-    )
-    dst_context_df = matching.with_context(dst_records_df, k)
-    candidates_df = matching.with_candidates(
-        anchors_df, dst_context_df, cfg.matching.window_before_ms, cfg.matching.window_after_ms
-    )
-    if slices_df is not None:
-        candidates_df = search.filter_candidates_in_slices(candidates_df, anchors_df, slices_df)
-    resolved_df = matching.resolve(
-        anchors_df, candidates_df, bounds_df, cfg.matching.window_after_ms
-    ).select(*matching.POSITION_COLUMNS)
-    progress("matching anchors to destination records")
-    out = {}
-    for row in collect_rows(resolved_df):  # one row per position
-        out[(row["src_topic"], row["src_partition"], row["committed_offset"])] = row
+        resolved = found.rows
     anchors_df.unpersist()
-    return out
+    # one row per position
+    return {(row["src_topic"], row["src_partition"], row["committed_offset"]): row
+            for row in resolved}  # fmt: skip
 
 
-def _read_windows(spark, dst, anchors_df, dst_bounds, cfg, progress):  # noqa: ANN001, ANN202
-    """`matching.search: full`: every anchor's whole timestamp window, read at once."""
-    k = cfg.matching.context
-    anchors = collect_rows(
-        anchors_df.filter(F.col("anchor_kind") != "none")
-        .select("dst_topic", "dst_partition", "anchor_timestamp_ms")
-        .distinct()
-    )
+def _match_windows(  # noqa: ANN202
+    spark, dst, anchors_df, slice_keys, dst_bounds, bounds_df, cfg, progress  # noqa: ANN001
+):
+    """`matching.search: full`: every anchor's whole timestamp window, read at once, and
+    matching's row for each position."""
+    k, m = cfg.matching.context, cfg.matching
+    anchors = [
+        {"dst_topic": t, "dst_partition": p, "anchor_timestamp_ms": ts} for t, p, ts in slice_keys
+    ]
     windows = destination_windows(
         anchors, cfg.matching.window_before_ms, cfg.matching.window_after_ms
     )
@@ -172,7 +185,15 @@ def _read_windows(spark, dst, anchors_df, dst_bounds, cfg, progress):  # noqa: A
     records_df = with_segments(
         read_records(spark, dst, dst_ranges, cfg), dst_book.segments_df(spark)
     )
-    return records_df, None
+    candidates_df = matching.with_candidates(
+        anchors_df, matching.with_context(records_df, k), m.window_before_ms, m.window_after_ms
+    )
+    progress("matching anchors to destination records")
+    return collect_rows(
+        matching.resolve(anchors_df, candidates_df, bounds_df, m.window_after_ms).select(
+            *matching.POSITION_COLUMNS
+        )
+    )
 
 
 def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict:  # noqa: ANN001

@@ -4,10 +4,12 @@ timestamp lands, not the whole matching window.
 The window (`window_before_ms`/`window_after_ms`) is a bound, not the amount to read. Each
 distinct anchor position (destination partition × anchor timestamp) gets a slice: from
 k + 1 records before P, the first offset whose timestamp is at or after the anchor's (the
-broker's lookup verified by reading), to k + 1 + r records after it. All slices are read
-in one read per step (`ferry.kafka.read`: on the driver when small, else one Spark job); a
-slice that is not yet decided grows its open sides fourfold and is read again (only the new
-offsets), until it is decided or covers the window on both sides.
+broker's lookup, verified by the first read around it), to k + 1 + r records after it. All
+slices are read in one read per step (`ferry.kafka.read`: on the driver when small, else one
+Spark job), then matched and judged in one Spark job (`match_in_slices`); a slice that is not
+yet decided grows its open sides fourfold and is read again (only the new offsets), until it
+is decided or covers the window on both sides. A position's row from the job of the step
+that decided or closed its slice is its result.
 
 A slice is **decided** early when, for every anchor at that position, the best candidate
 in the slice
@@ -37,17 +39,23 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from ferry import kafka
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
 from ferry.migrate import matching
-from ferry.migrate.extract import collect_rows, union_records, window_extents, with_segments
+from ferry.migrate.extract import collect_rows, union_records, with_segments
+from ferry.migrate.lookups import first_positions, look_up_windows, verify_first
 from ferry.migrate.ranges import RangeBook
+from ferry.migrate.slices import (
+    SLICE_KEYS,
+    SLICE_KEYS_SCHEMA,
+    SLICES_SCHEMA,
+    AnchorSlice,
+    match_in_slices,
+)
 from ferry.session import local_df
 
 FIRST_RADIUS = 64  # offsets read after P at the first step: a busy millisecond and then some
@@ -61,207 +69,13 @@ LEFTOVER_OFFSETS = 100_000
 # takes a ListOffsets layer and a probe read per timestamp of a partition (two per slice).
 WINDOW_LOOKUPS_PER_PARTITION = 16
 
-SLICE_KEYS = ["dst_topic", "dst_partition", "anchor_timestamp_ms"]
-SLICES_SCHEMA = StructType(
-    [
-        StructField("dst_topic", StringType(), False),
-        StructField("dst_partition", IntegerType(), False),
-        *(
-            StructField(name, LongType(), False)
-            for name in (
-                "anchor_timestamp_ms",
-                "position",
-                "slice_start",
-                "slice_end",
-                "log_start",
-                "log_end",
-            )
-        ),
-    ]
-)
-
-
-@dataclass
-class AnchorSlice:
-    """What is read around one anchor position; sides grow until decided or closed."""
-
-    position: int  # first offset with timestamp >= the anchor's (log end if none)
-    log_start: int
-    log_end: int
-    before: int  # offsets read before position - (k + 1)
-    after: int  # offsets read after position + (k + 1)
-    is_left_closed: bool = False
-    is_right_closed: bool = False
-    is_decided: bool = False
-    read_bounds: tuple[int, int] | None = None  # what has been read for it so far
-    # The offsets a full read of the anchor's window reads (`extract.window_offsets`), once
-    # looked up: a slice never reads past them, and a side that reaches them is closed.
-    window: tuple[int, int] | None = None
-
-    def edges(self) -> tuple[int, int]:
-        """The most a slice may read: its window's offsets when known, else the log."""
-        if self.window is None:
-            return self.log_start, self.log_end
-        return max(self.log_start, self.window[0]), min(self.log_end, self.window[1])
-
-    def bounds(self, k: int) -> tuple[int, int]:
-        lo, hi = self.edges()
-        start = max(lo, self.position - (k + 1) - self.before)
-        end = min(hi, self.position + (k + 1) + self.after)
-        return start, max(start, end)
-
-    def close_at_edges(self, k: int) -> None:
-        start, end = self.bounds(k)
-        lo, hi = self.edges()
-        self.is_left_closed = self.is_left_closed or start <= lo
-        self.is_right_closed = self.is_right_closed or end >= hi
-
-    def reach_edges(self) -> None:
-        """Read the rest of the window (or log) at once: each open side to its edge."""
-        lo, hi = self.edges()
-        if not self.is_left_closed:
-            self.before = max(self.before, self.position - lo)
-        if not self.is_right_closed:
-            self.after = max(self.after, hi - self.position)
-
-    @property
-    def is_open(self) -> bool:
-        return not self.is_decided and not (self.is_left_closed and self.is_right_closed)
-
 
 @dataclass
 class SearchResult:
-    records_df: DataFrame  # (topic, partition, segment, offset, timestamp_ms, sha256)
-    slices_df: DataFrame  # SLICES_SCHEMA: each anchor position's final slice
+    rows: list[dict]  # matching's row for each position (`matching.POSITION_COLUMNS`)
     offsets_read: int
     positions: int
     steps: int
-
-
-# -- pure transforms ------------------------------------------------------------------------
-
-
-def filter_candidates_in_slices(
-    candidates_df: DataFrame, anchors_df: DataFrame, slices_df: DataFrame
-) -> DataFrame:
-    """Only the candidates inside their own anchor's slice."""
-    bounds = anchors_df.select(*matching.ANCHOR_KEYS, *SLICE_KEYS).join(slices_df, SLICE_KEYS)
-    columns = candidates_df.columns
-    return (
-        candidates_df.join(bounds, matching.ANCHOR_KEYS)
-        .filter(
-            (F.col("candidate_offset") >= F.col("slice_start"))
-            & (F.col("candidate_offset") < F.col("slice_end"))
-        )
-        .select(*columns)
-    )
-
-
-def with_slice_state(
-    anchors_df: DataFrame,
-    candidates_df: DataFrame,
-    records_df: DataFrame,
-    slices_df: DataFrame,
-    k: int,
-    window_before_ms: int,
-    window_after_ms: int,
-) -> DataFrame:
-    """One row per slice: is_decided, is_left_closed, is_right_closed (see the module doc).
-
-    `candidates_df` holds only candidates inside their slices (`filter_candidates_in_slices`)."""
-    s = slices_df.alias("s")
-    r = records_df.select(
-        F.col("topic").alias("r_topic"),
-        F.col("partition").alias("r_partition"),
-        F.col("offset").alias("r_offset"),
-        F.col("timestamp_ms").alias("r_ts"),
-    )
-    in_slice = s.join(
-        r,
-        (F.col("r_topic") == F.col("dst_topic"))
-        & (F.col("r_partition") == F.col("dst_partition"))
-        & (F.col("r_offset") >= F.col("slice_start"))
-        & (F.col("r_offset") < F.col("slice_end")),
-        "left",
-    )
-    ts = F.col("anchor_timestamp_ms")
-    edges = in_slice.groupBy(*SLICE_KEYS).agg(
-        F.count(F.when((F.col("r_offset") >= F.col("position")) & (F.col("r_ts") > ts), 1)).alias(
-            "n_after_ms"
-        ),
-        F.count(F.when(F.col("r_ts") < ts - F.lit(window_before_ms), 1)).alias("n_before_window"),
-        F.count(F.when(F.col("r_ts") > ts + F.lit(window_after_ms), 1)).alias("n_after_window"),
-    )
-    ranked = Window.partitionBy(*matching.ANCHOR_KEYS).orderBy(
-        F.desc("match_before"), F.desc("match_after"), F.asc("candidate_offset")
-    )
-    best = (
-        candidates_df.withColumn("rank", F.row_number().over(ranked))
-        .filter(F.col("rank") == 1)
-        .select(*matching.ANCHOR_KEYS, "match_before", "match_after", "candidate_timestamp_ms")
-    )
-    a = anchors_df.filter(F.col("anchor_kind") != "none").join(best, matching.ANCHOR_KEYS, "left")
-    is_full_match = (
-        (F.col("match_before") == F.size("src_before"))
-        & (F.col("match_after") == F.size("src_after"))
-        & (F.col("candidate_timestamp_ms") == F.col("anchor_timestamp_ms"))
-    )
-    per_position = a.groupBy(*SLICE_KEYS).agg(
-        F.min(F.coalesce(is_full_match, F.lit(False)).cast(IntegerType())).alias("all_full")
-    )
-    state = slices_df.join(edges, SLICE_KEYS).join(per_position, SLICE_KEYS, "left")
-    is_ms_covered = (F.col("slice_end") >= F.col("log_end")) | (F.col("n_after_ms") >= k + 1)
-    is_left_closed = (F.col("slice_start") <= F.col("log_start")) | (
-        F.col("n_before_window") >= k + 1
-    )
-    is_right_closed = (F.col("slice_end") >= F.col("log_end")) | (F.col("n_after_window") >= k + 1)
-    return state.select(
-        *SLICE_KEYS,
-        ((F.coalesce(F.col("all_full"), F.lit(0)) == 1) & is_ms_covered).alias("is_decided"),
-        is_left_closed.alias("is_left_closed"),
-        is_right_closed.alias("is_right_closed"),
-    )
-
-
-# -- the search loop (driver) ---------------------------------------------------------------
-
-
-def anchor_positions(
-    dst: Cluster,
-    positions: Sequence[Mapping],
-    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
-) -> dict[tuple[str, int, int], int]:
-    """P for each (dst_topic, dst_partition, anchor_timestamp_ms): verified timestamp lookups,
-    all of them in lockstep (`kafka.offsets_for_many_timestamps`)."""
-    per_tp: dict[TopicPartitionKey, list[int]] = defaultdict(list)
-    for p in positions:
-        per_tp[(p["dst_topic"], p["dst_partition"])].append(p["anchor_timestamp_ms"])
-    found = kafka.offsets_for_many_timestamps(dst, per_tp, bounds)
-    return {key: bounds[key[:2]][1] if at is None else at for key, at in found.items()}
-
-
-def look_up_windows(
-    dst: Cluster,
-    slices: Mapping[tuple[str, int, int], AnchorSlice],
-    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
-    k: int,
-    before_ms: int,
-    after_ms: int,
-) -> None:
-    """Give each slice its window's offsets, those a full read of it reads (never less than
-    the slice already covers), all looked up at once."""
-    windows: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
-    keys = sorted(slices)
-    for t, p, ts in keys:
-        windows[(t, p)].append((ts - before_ms, ts + after_ms + 1))
-    extents = window_extents(dst, windows, bounds, k)
-    taken: dict[TopicPartitionKey, int] = defaultdict(int)
-    for key in keys:
-        tp = key[:2]
-        lo, hi = extents[tp][taken[tp]]
-        taken[tp] += 1
-        start, end = slices[key].bounds(k)
-        slices[key].window = (min(lo, start), max(hi, end))
 
 
 def finish_leftovers(
@@ -309,24 +123,38 @@ def search_destination(
     spark: SparkSession,
     dst: Cluster,
     anchors_df: DataFrame,
+    context: Mapping[tuple[str, int, int], int],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    bounds_df: DataFrame,
     cfg: FerryConfig,
     read: Callable[[Sequence], DataFrame],
     progress: Callable[[str], None],
 ) -> SearchResult:
-    """Read outward from every anchor position until each is decided or its window is read.
+    """Read outward from every anchor position until each is decided or its window is read,
+    and match each position in its final slice.
 
-    `read(ranges)` reads offset ranges of the destination now and keeps them (a DataFrame)."""
+    `context`: the anchor positions (`SLICE_KEYS`: destination topic, partition, anchor
+    timestamp) of `anchors_df`'s anchors, each with the records before them a match needs
+    (the least of its anchors' source context, at most k); `bounds_df`:
+    `extract.DST_BOUNDS_SCHEMA`.
+    `read(ranges)` reads offset ranges of the destination now and keeps them: a DataFrame,
+    and the (topic, partition, offset, timestamp_ms) of its records on the driver (Arrow).
+
+    Each step is one read and one Spark job, which matches every position whose slice was
+    read in it and tells, of the slices still open, which are decided: a position is done
+    when its slice is decided or closed, and its row from that job is its result. So a run
+    whose slices are all decided at the first step runs one matching job, and the last few
+    open positions (read to their windows' edges at once) one more, over their partitions
+    only. Positions within their context of the log start are read to their windows' edges
+    at the first step: they could not be decided early."""
     k = cfg.matching.context
-    before_ms, after_ms = cfg.matching.window_before_ms, cfg.matching.window_after_ms
-    positions = collect_rows(
-        anchors_df.filter(F.col("anchor_kind") != "none").select(*SLICE_KEYS).distinct()
-    )
+    positions = [dict(zip(SLICE_KEYS, key, strict=True)) for key in sorted(context)]
     whole = _read_whole(positions, bounds, k)
     large = [p for p in positions if (p["dst_topic"], p["dst_partition"]) not in whole]
     if large:
         progress(f"destination: looking up {len(large)} anchor timestamps")
-    at = anchor_positions(dst, large, bounds)
+    # The broker's answers, checked by the first read instead of a probe each (`verify_first`)
+    at, unverified = first_positions(dst, large, bounds)
     at.update({(p["dst_topic"], p["dst_partition"], p["anchor_timestamp_ms"]): 0 for p in positions
                if (p["dst_topic"], p["dst_partition"]) in whole})  # fmt: skip
     slices = {
@@ -334,45 +162,71 @@ def search_destination(
         for key, pos in at.items()
     }
     book, parts = RangeBook(), []
+    # A position that lands closer to the destination's log start than its anchors' context
+    # reaches: the copy there has less context before it than the anchor, so it is never a
+    # full match and the slice never decided; it would widen step after step to its window's
+    # edges. It is read there at the first step instead (when that is small).
+    cut_short = {key: s for key, s in slices.items()
+                 if s.is_open and s.position - s.log_start < context[key]}  # fmt: skip
+    if cut_short and (n := finish_leftovers(dst, cut_short, bounds, book, cfg)) is not None:
+        progress(
+            f"destination: {len(cut_short)} anchor positions within their context of the log "
+            f"start read to their windows' edges at once ({n} offsets)"
+        )
+    rows: list[dict] = []
     offsets_read, step = 0, 0
-    while step < MAX_STEPS and any(s.is_open or not s.read_bounds for s in slices.values()):
+    unanchored = True  # positions with no anchor ("none") are matched by the first job
+    while step < MAX_STEPS and (
+        unanchored or any(s.is_open or not s.read_bounds for s in slices.values())
+    ):
         step += 1
         wanted: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
-        for (topic, partition, _), s in slices.items():
-            if s.is_open or not s.read_bounds:
-                s.read_bounds = s.bounds(k)
-                wanted[(topic, partition)].append(s.read_bounds)
+        reading = {key: s for key, s in slices.items() if s.is_open or not s.read_bounds}
+        for (topic, partition, _), s in reading.items():
+            s.read_bounds = s.bounds(k)
+            wanted[(topic, partition)].append(s.read_bounds)
         ranges = book.new_ranges(wanted)
         n = sum(r.end - r.start for r in ranges)
-        open_count = sum(s.is_open for s in slices.values())
         progress(
-            f"destination: step {step}, {open_count} of {len(slices)} anchor positions open, "
+            f"destination: step {step}, {len(reading)} of {len(slices)} anchor positions open, "
             f"reading {len(ranges)} ranges ({n} offsets)"
         )
+        read_table = None
         if ranges:
-            parts.append(read(ranges))  # every open slice's new offsets, read at once
+            records_part, read_table = read(ranges)  # every open slice's new offsets at once
+            parts.append(records_part)
             offsets_read += n
-        for s in slices.values():
+        if unverified:
+            wrong = verify_first(
+                dst, {key: slices[key] for key in unverified}, read_table, bounds, k
+            )
+            unverified = set()
+            if wrong:
+                progress(
+                    f"destination: {len(wrong)} timestamp lookups landed before their first "
+                    "record (transaction markers are newer than the records): looked up again"
+                )
+            for key in wrong:  # a slice read around the wrong offset: read again next step
+                del reading[key]
+                slices[key].read_bounds = None
+        for s in reading.values():
             s.close_at_edges(k)
-        still_open = {key: s for key, s in slices.items() if s.is_open}
-        if not still_open:
-            break  # every slice now spans its window or its partition: no need to look
+        still_open = {key: s for key, s in reading.items() if s.is_open}
         records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
-        open_df = _slices_df(spark, still_open, k)
-        context_df = matching.with_context(records_df, k)
-        candidates_df = filter_candidates_in_slices(
-            matching.with_candidates(anchors_df, context_df, before_ms, after_ms),
-            anchors_df,
-            open_df,
+        step_df = step_query(
+            spark, anchors_df, records_df, reading, still_open, unanchored, bounds_df, cfg
         )
-        state = collect_rows(
-            with_slice_state(anchors_df, candidates_df, records_df, open_df, k, before_ms, after_ms)
-        )
-        for row in state:
-            s = still_open[(row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"])]
-            s.is_decided = bool(row["is_decided"])
-            s.is_left_closed = bool(row["is_left_closed"])
-            s.is_right_closed = bool(row["is_right_closed"])
+        unanchored = False
+        for row in collect_rows(step_df):
+            key = (row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"])
+            s = still_open.get(key)
+            if s is not None and row["is_decided"] is not None:
+                s.is_decided = bool(row["is_decided"])
+                s.is_left_closed = bool(row["is_left_closed"])
+                s.is_right_closed = bool(row["is_right_closed"])
+            if s is None or not s.is_open or step == MAX_STEPS:
+                rows.append({c: row[c] for c in matching.POSITION_COLUMNS})
+        for s in still_open.values():
             if s.is_open:
                 if not s.is_left_closed:
                     s.before = max(FIRST_RADIUS, s.before * GROWTH)
@@ -384,10 +238,58 @@ def search_destination(
                 f"destination: the {len(leftovers)} anchor positions still open read to "
                 f"their windows' edges at once ({n} offsets)"
             )
-    records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
-    return SearchResult(
-        records_df, _slices_df(spark, slices, k, read=True), offsets_read, len(slices), step
+    return SearchResult(rows, offsets_read, len(slices), step)
+
+
+def step_query(
+    spark: SparkSession,
+    anchors_df: DataFrame,
+    records_df: DataFrame,
+    reading: Mapping[tuple[str, int, int], AnchorSlice],
+    still_open: Mapping[tuple[str, int, int], AnchorSlice],
+    unanchored: bool,
+    bounds_df: DataFrame,
+    cfg: FerryConfig,
+) -> DataFrame:
+    """A step's one query (`match_in_slices`): the slices read in it (`reading`, and with
+    `unanchored` the positions with no anchor) matched, those `still_open` told decided or
+    not, over the records of their partitions only."""
+    m = cfg.matching
+    return match_in_slices(
+        _only(spark, anchors_df, reading, unanchored),
+        _in_partitions(spark, records_df, reading),
+        _slices_df(spark, reading, m.context, read=True),
+        _slices_df(spark, still_open, m.context) if still_open else None,
+        bounds_df,
+        m.context,
+        m.window_before_ms,
+        m.window_after_ms,
     )
+
+
+def _only(
+    spark: SparkSession,
+    anchors_df: DataFrame,
+    slices: Mapping[tuple[str, int, int], AnchorSlice],
+    unanchored: bool,
+) -> DataFrame:
+    """The anchors of these slices (and, `unanchored`, those with no anchor at all)."""
+    keys_df = local_df(spark, list(slices), SLICE_KEYS_SCHEMA)
+    chosen = anchors_df.join(F.broadcast(keys_df), SLICE_KEYS, "left_semi")
+    if unanchored:
+        chosen = chosen.unionByName(anchors_df.filter(F.col("anchor_kind") == "none"))
+    return chosen
+
+
+def _in_partitions(
+    spark: SparkSession, records_df: DataFrame, slices: Mapping[tuple[str, int, int], AnchorSlice]
+) -> DataFrame:
+    """The records of the slices' partitions (whole segments: context stays as read)."""
+    rows = sorted({(t, p) for t, p, _ in slices})
+    parts_df = local_df(spark, rows, SLICE_KEYS_SCHEMA[:2]).select(
+        F.col("dst_topic").alias("topic"), F.col("dst_partition").alias("partition")
+    )
+    return records_df.join(F.broadcast(parts_df), ["topic", "partition"], "left_semi")
 
 
 def _read_whole(

@@ -1,0 +1,50 @@
+"""Anchors chosen on the driver (`ferry.migrate.anchors`): plain pytest on Arrow tables."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ferry.migrate import anchors
+from ferry.migrate.anchors import Anchor
+
+
+def read(rows):
+    """An Arrow table of (topic, partition, offset, timestamp_ms) rows, in any order."""
+    return pa.table(
+        {
+            "topic": pa.array([r[0] for r in rows], pa.string()),
+            "partition": pa.array([r[1] for r in rows], pa.int32()),
+            "offset": pa.array([r[2] for r in rows], pa.int64()),
+            "timestamp_ms": pa.array([r[3] for r in rows], pa.int64()),
+        }
+    )
+
+
+def test_the_nearest_record_read_before_the_offset_across_gaps():
+    # compaction left gaps: the anchor is the nearest record before C, never C - 1
+    rows = [("t", 0, o, 1000 + o) for o in (12, 3, 9, 4, 8, 5)]  # shuffled, as reads append
+    got = anchors.nearest_records([("t", 0, c) for c in (2, 3, 4, 7, 8, 9, 12, 13)], read(rows))
+    assert {c: (a.kind, a.offset) for (_, _, c), a in got.items()} == {
+        2: ("next", 3),
+        3: ("next", 3),
+        4: ("last", 3),
+        7: ("last", 5),
+        8: ("last", 5),
+        9: ("last", 8),
+        12: ("last", 9),
+        13: ("last", 12),
+    }
+    assert got[("t", 0, 9)] == Anchor("last", 8, 1008, 3)  # 3, 4 and 5 read before it
+
+
+def test_partitions_are_kept_apart_and_an_unread_partition_has_no_anchor():
+    rows = [("t", 0, 5, 50), ("t", 1, 1, 10), ("u", 0, 7, 70)]
+    got = anchors.nearest_records([("t", 0, 6), ("t", 1, 6), ("u", 0, 6), ("u", 1, 6)], read(rows))
+    assert got[("t", 0, 6)] == Anchor("last", 5, 50, 0)
+    assert got[("t", 1, 6)] == Anchor("last", 1, 10, 0)
+    assert got[("u", 0, 6)] == Anchor("next", 7, 70, 0)
+    assert got[("u", 1, 6)] == anchors.NO_ANCHOR
+
+
+def test_nothing_read_gives_no_anchors():
+    assert anchors.nearest_records([("t", 0, 1)], read([])) == {("t", 0, 1): anchors.NO_ANCHOR}
