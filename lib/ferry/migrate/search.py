@@ -255,10 +255,12 @@ def step_query(
     `unanchored` the positions with no anchor) matched, those `still_open` told decided or
     not, over the records of their partitions only."""
     m = cfg.matching
+    # slices that read their whole partitions hold every candidate: nothing to filter
+    is_whole = all(s.read_bounds == (s.log_start, s.log_end) for s in reading.values())
     return match_in_slices(
         _only(spark, anchors_df, reading, unanchored),
         _in_partitions(spark, records_df, reading),
-        _slices_df(spark, reading, m.context, read=True),
+        None if is_whole else _slices_df(spark, reading, m.context, read=True),
         _slices_df(spark, still_open, m.context) if still_open else None,
         bounds_df,
         m.context,

@@ -172,7 +172,7 @@ def with_slice_state(
 def match_in_slices(
     anchors_df: DataFrame,
     records_df: DataFrame,
-    slices_df: DataFrame,
+    slices_df: DataFrame | None,
     open_df: DataFrame | None,
     bounds_df: DataFrame,
     k: int,
@@ -180,14 +180,15 @@ def match_in_slices(
     window_after_ms: int,
 ) -> DataFrame:
     """Matching's row for each anchor (`matching.POSITION_COLUMNS`) from the candidates inside
-    its slice (`slices_df`), with, for the slices of `open_df`, is_decided, is_left_closed and
-    is_right_closed (`with_slice_state`; null for the others)."""
+    its slice (`slices_df`; None: every slice holds its whole partition), with, for the slices
+    of `open_df`, is_decided, is_left_closed and is_right_closed (`with_slice_state`; null for
+    the others)."""
     context_df = matching.with_context(records_df, k)
-    candidates_df = filter_candidates_in_slices(
-        matching.with_candidates(anchors_df, context_df, window_before_ms, window_after_ms),
-        anchors_df,
-        slices_df,
+    candidates_df = matching.with_candidates(
+        anchors_df, context_df, window_before_ms, window_after_ms
     )
+    if slices_df is not None:
+        candidates_df = filter_candidates_in_slices(candidates_df, anchors_df, slices_df)
     resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, window_after_ms)
     state = ["is_decided", "is_left_closed", "is_right_closed"]
     if open_df is None:
