@@ -118,13 +118,14 @@ def with_anchor_records(anchors_df: DataFrame, src_context_df: DataFrame) -> Dat
     a broadcast join: positions are few beside records, and the records with their context
     arrays are never shuffled or sorted again."""
     a = anchors_df.select(*ANCHORED_COLUMNS)
-    r = src_context_df.select(
-        F.col("topic").alias("src_topic"),
-        F.col("partition").alias("src_partition"),
-        F.col("offset").alias("anchor_offset"),
-        F.col("sha256").alias("anchor_sha256"),
-        F.col("before").alias("src_before"),
-        F.col("after").alias("src_after"),
+    r = _renamed(
+        src_context_df,
+        topic="src_topic",
+        partition="src_partition",
+        offset="anchor_offset",
+        sha256="anchor_sha256",
+        before="src_before",
+        after="src_after",
     )
     keys = ["src_topic", "src_partition", "anchor_offset"]
     wanted = a.filter(F.col("anchor_kind") != "none").select(*keys).distinct()
@@ -138,6 +139,12 @@ def with_anchor_records(anchors_df: DataFrame, src_context_df: DataFrame) -> Dat
         F.coalesce("src_before", _empty_hashes()).alias("src_before"),
         F.coalesce("src_after", _empty_hashes()).alias("src_after"),
     )
+
+
+def _renamed(df: DataFrame, **names: str) -> DataFrame:
+    """Only the given columns of a records DataFrame, each under its new name (a side of a
+    join)."""
+    return df.select(*(F.col(old).alias(new) for old, new in names.items()))
 
 
 def _common_prefix(a: str, b: str) -> Column:
@@ -163,15 +170,16 @@ def with_candidates(
 ) -> DataFrame:
     """One row per anchor × destination record with the anchor's hash inside the window."""
     a = anchors_df.filter(F.col("anchor_kind") != "none")
-    d = dst_context_df.select(
-        F.col("topic").alias("d_topic"),
-        F.col("partition").alias("d_partition"),
-        F.col("offset").alias("candidate_offset"),
-        F.col("pos").alias("candidate_pos"),
-        F.col("timestamp_ms").alias("d_timestamp_ms"),
-        F.col("sha256").alias("d_sha256"),
-        F.col("before").alias("d_before"),
-        F.col("after").alias("d_after"),
+    d = _renamed(
+        dst_context_df,
+        topic="d_topic",
+        partition="d_partition",
+        offset="candidate_offset",
+        pos="candidate_pos",
+        timestamp_ms="d_timestamp_ms",
+        sha256="d_sha256",
+        before="d_before",
+        after="d_after",
     )
     on = (
         (a.dst_topic == d.d_topic)
