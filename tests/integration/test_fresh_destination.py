@@ -114,14 +114,16 @@ def busy_loops(n: int, seconds: float) -> list[subprocess.Popen]:
 
 def test_first_runs_on_fresh_destinations_beside_busy_loops(source, tmp_path):
     for round_ in range(ROUNDS):
-        # The loops start once the broker answers: what they slow down is the first run's
-        # coordinator load, not the broker's own start (4 loops on 2 cores kept a new broker
-        # from answering within 90 s in a test-faults run, before Ferry ran).
+        # The loops start once the world is ready: what they slow down is the first run's
+        # coordinator load, not the test's own set-up (4 loops on 2 cores kept a new broker
+        # from answering within 90 s, and the set-up's topic creation from being answered,
+        # in two test-faults runs, before Ferry ran).
         dst = start_broker(f"fresh-dst{round_}")
-        loops = busy_loops(BUSY_LOOPS, 420)
+        loops: list[subprocess.Popen] = []
         try:
             prefix = f"fr{round_}-{int(time.time() * 1000) % 10**8}"
             expected = prepare(source, dst, prefix)
+            loops = busy_loops(BUSY_LOOPS, 420)
             crashed = len(isolated.crashes())
             result = migrate(tmp_path / f"r{round_}", source, dst, prefix)
             assert result.code == 0, (round_, result.stderr)
