@@ -9,7 +9,12 @@ from ferry.migrate.anchors import Anchor
 
 
 def read(rows):
-    """An Arrow table of (topic, partition, offset, timestamp_ms) rows, in any order."""
+    """(topic, partition, offset, timestamp_ms) rows, in any order, as a read leaves them:
+    an Arrow table, grouped per partition (`records_by_partition`)."""
+    return anchors.records_by_partition(_table(rows))
+
+
+def _table(rows):
     return pa.table(
         {
             "topic": pa.array([r[0] for r in rows], pa.string()),

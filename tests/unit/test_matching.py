@@ -36,7 +36,9 @@ def anchors_of(spark, positions, src_df, k):
     """The anchors of `positions` (POSITIONS_SCHEMA tuples) among `src_df`'s records, as
     migrate finds them: chosen on the driver (`anchors.nearest_records`), their records and
     context joined in Spark."""
-    read = src_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()
+    read = anchors.records_by_partition(
+        src_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()
+    )
     nearest = anchors.nearest_records([(t, p, c) for t, p, c, *_ in positions], read)
     rows = [(*row, *nearest[row[:3]][:3]) for row in positions]
     return matching.with_anchor_records(

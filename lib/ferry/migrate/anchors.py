@@ -16,7 +16,7 @@ Pure: numpy and pyarrow, no Spark, no Kafka client.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from ferry.keys import TopicPartitionKey
@@ -59,15 +59,14 @@ def records_by_partition(read):  # noqa: ANN001, ANN201 - pyarrow/numpy imported
     }
 
 
-def nearest_records(positions: Iterable[Position], read) -> dict[Position, Anchor]:  # noqa: ANN001
-    """Each position's anchor among the records read (`read`: an Arrow table of topic,
-    partition, offset, timestamp_ms; every record once)."""
+def nearest_records(positions: Iterable[Position], records: Mapping) -> dict[Position, Anchor]:
+    """Each position's anchor among the records read (`records`: per partition, the offsets
+    read in order and their timestamps, `records_by_partition`)."""
     import numpy as np
 
     per_tp: dict[TopicPartitionKey, list[int]] = defaultdict(list)
     for t, p, c in positions:
         per_tp[(t, p)].append(c)
-    records = records_by_partition(read)
     out: dict[Position, Anchor] = {}
     for (t, p), committed in per_tp.items():
         if (t, p) not in records:

@@ -33,6 +33,7 @@ from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange
 from ferry.keys import TopicPartitionKey
+from ferry.migrate import anchors
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
 from ferry.session import SparkOrLater, session_of
@@ -135,10 +136,11 @@ def extract_source_records(
     disc: Discovery,
     cfg: FerryConfig,
     progress: Callable[[str], None],
-):  # noqa: ANN201 - (DataFrame, Arrow table)
+):  # noqa: ANN201 - (DataFrame, records read per partition)
     """Read the source around every committed offset (positions: topic, partition, offset),
-    looking further back where needed: the records, and the (topic, partition, offset,
-    timestamp_ms) of each on the driver as Arrow (`ferry.migrate.anchors` picks from them)."""
+    looking further back where needed: the records, and on the driver, per partition, the
+    offsets and timestamps of the records read (`anchors.records_by_partition`), which
+    `ferry.migrate.anchors` picks from."""
     import pyarrow as pa
 
     k = cfg.matching.context
@@ -147,7 +149,7 @@ def extract_source_records(
     lookback = 2 * (k + 1)
     parts: list[DataFrame] = []
     tables = []
-    read: dict[TopicPartitionKey, list[int]] = defaultdict(list)  # offsets of records read
+    read: dict = {}  # per partition, (offsets, timestamps) of the records read so far
     for round_no in range(MAX_LOOKBACK_ROUNDS):
         ranges = book.new_ranges(source_needs(pending, disc.source_bounds, k, lookback))
         if ranges:
@@ -159,39 +161,23 @@ def extract_source_records(
             # Offsets only, on the driver as Arrow: a driver read's own (no Spark job, where
             # counting them against the committed offsets in Spark was the small run's first
             # job), and no Row per record.
-            for (topic, partition), found in offsets_by_partition(offsets).items():
-                read[(topic, partition)].extend(found)
-        short = short_of_context(read, pending, disc.source_bounds, k, lookback)
+            read = anchors.records_by_partition(
+                pa.concat_tables(tables, promote_options="permissive")
+            )
+        offsets_read = {tp: offsets.tolist() for tp, (offsets, _) in read.items()}
+        short = short_of_context(offsets_read, pending, disc.source_bounds, k, lookback)
         if not short:
             break
         pending = short
         lookback *= 4
     spark = session_of(spark)  # read on the driver while it was starting, if small
-    records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
-    read_table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table(
-        {"topic": pa.array([], pa.string()), "partition": pa.array([], pa.int32()),
-         "offset": pa.array([], pa.int64()), "timestamp_ms": pa.array([], pa.int64())})  # fmt: skip
-    return records_df, read_table
+    return with_segments(union_records(spark, parts), book.segments_df(spark)), read
 
 
 def collect_rows(df: DataFrame) -> list[dict]:
     """A DataFrame's rows on the driver as dicts, through Arrow: a Row object per row costs
     several times more (60,000 positions' matching rows)."""
     return df.toArrow().to_pylist()
-
-
-def offsets_by_partition(table) -> dict[TopicPartitionKey, list[int]]:  # noqa: ANN001
-    """An Arrow table's (topic, partition, offset) rows as offsets per partition."""
-    grouped = table.group_by(["topic", "partition"]).aggregate([("offset", "list")])
-    return {
-        (t, p): offsets
-        for t, p, offsets in zip(
-            grouped.column("topic").to_pylist(),
-            grouped.column("partition").to_pylist(),
-            grouped.column("offset_list").to_pylist(),
-            strict=True,
-        )
-    }
 
 
 def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
@@ -264,9 +250,7 @@ def window_extents(
             first, after = (found[(t, p, x)] for x in (lo, hi))
             first = log_end if first is None else first
             after = log_end if after is None else after
-            out[(t, p)].append(
-                (max(log_start, first - 2 * (k + 1)), min(log_end, after + k + 1))
-            )
+            out[(t, p)].append((max(log_start, first - 2 * (k + 1)), min(log_end, after + k + 1)))
     return out
 
 
