@@ -98,6 +98,10 @@ def test_the_packed_environment_reads_kafka_on_glibc_2_31(node, cluster, unique)
             "delta_rows": back.num_rows,
             "pyarrow": pa.__file__,
         }}))
+        # ended as a job's process ends: the Delta reader's native threads can abort the
+        # interpreter's teardown (exit -6 after a finished run), on this node as on others
+        from ferry.cli import exit_process
+        exit_process(0)
         """
     )
     # the node's python3.11 on PATH, as installed by its administrator
