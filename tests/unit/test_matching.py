@@ -22,6 +22,15 @@ def h(value: str) -> bytes:
     return hashlib.sha256(value.encode()).digest()
 
 
+def fingerprints(spark, values: str) -> dict[str, int]:
+    """Each value's fingerprint as Spark computes it, by value."""
+    df = spark.createDataFrame([(v, h(v)) for v in values], "value string, sha256 binary")
+    return {
+        r.value: r.fp
+        for r in df.select("value", matching.fingerprint_of("sha256").alias("fp")).collect()
+    }
+
+
 def records(spark, topic, values, *, first_offset=0, ts=None, offsets=None, segment=0):
     """Records with the given values; `ts` maps index -> timestamp (default T0 + 10 * index)."""
     offs = offsets or [first_offset + i for i in range(len(values))]
@@ -77,20 +86,22 @@ def test_with_context_neighbours_by_position_within_segments(spark):
         RECORD_SCHEMA,
     )
     out = {r.offset: r for r in matching.with_context(df, 2).collect()}
-    assert out[6].before == [h("b"), h("a")]  # nearest first
-    assert out[0].after == [h("b"), h("c")]
+    fp = fingerprints(spark, "abc")
+    assert out[6].before == [fp["b"], fp["a"]]  # nearest first
+    assert out[0].after == [fp["b"], fp["c"]]
     assert out[5].pos == 1
     assert out[100].before == [] and out[100].after == []
 
 
 def test_with_context_schema_is_explicit(spark):
     df = records(spark, "t", ["a", "b"])
+    fp = fingerprints(spark, "ab")
     expected = spark.createDataFrame(
         [
-            ("t", 0, 0, 0, T0, h("a"), 0, [], [h("b")]),
-            ("t", 0, 0, 1, T0 + 10, h("b"), 1, [h("a")], []),
+            ("t", 0, 0, 0, T0, h("a"), 0, [], [fp["b"]]),
+            ("t", 0, 0, 1, T0 + 10, h("b"), 1, [fp["a"]], []),
         ],
-        RECORD_SCHEMA + ", pos int, before array<binary>, after array<binary>",
+        RECORD_SCHEMA + ", pos int, before array<bigint>, after array<bigint>",
     )
     assert_df_equality(
         matching.with_context(df, 3), expected, ignore_row_order=True, ignore_nullable=True
