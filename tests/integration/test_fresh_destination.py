@@ -46,6 +46,7 @@ HOLD_S = 15.0  # how long a staged coordinator does not answer (five back-to-bac
 # attempts of the old worker took up to 8 s on a loaded machine)
 RETRY_MS = 40_000  # admin.retry_ms of the runs that wait it out
 BUDGET_MS = 16_000  # admin.retry_ms of the runs that do not
+READ_MS = 120_000  # reader.timeout_ms of the runs beside the busy loops
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +80,12 @@ def prepare(src, dst, prefix: str) -> dict[str, dict[tuple[str, int], int]]:
     return expected
 
 
-def migrate(tmp_path, src, dst, prefix: str, retry_ms: int = RETRY_MS):  # noqa: ANN201
+def migrate(  # noqa: ANN201
+    tmp_path, src, dst, prefix: str, retry_ms: int = RETRY_MS, **sections: dict
+):
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = write_migrate_config(
-        tmp_path, src, dst, prefix, admin={"timeout_ms": 5000, "retry_ms": retry_ms}
+        tmp_path, src, dst, prefix, admin={"timeout_ms": 5000, "retry_ms": retry_ms}, **sections
     )
     return run_job("migrate", "--config", config, "--execute", "--quiet")
 
@@ -125,7 +128,12 @@ def test_first_runs_on_fresh_destinations_beside_busy_loops(source, tmp_path):
             expected = prepare(source, dst, prefix)
             loops = busy_loops(BUSY_LOOPS, 420)
             crashed = len(isolated.crashes())
-            result = migrate(tmp_path / f"r{round_}", source, dst, prefix)
+            # Reads get the patience of a starved machine: beside the loops a fresh broker
+            # once left a 30-record read without a fetch answer for the default 30 s (exit 1,
+            # "timed out ... reading"). What is under test is the coordinator load.
+            result = migrate(
+                tmp_path / f"r{round_}", source, dst, prefix, reader={"timeout_ms": READ_MS}
+            )
             assert result.code == 0, (round_, result.stderr)
             assert_exact(dst, expected)
             # The fetch waited for its coordinators: the client never met the crash.
