@@ -109,6 +109,18 @@ def refusal_clock(proxy) -> list[float]:  # noqa: ANN001 - a FaultProxy
     return seen
 
 
+def broker_state(broker) -> str:  # noqa: ANN001 - a LocalBroker
+    """Whether the broker's process still runs, and its log's last lines: what a failed run
+    met (a read once went unanswered for 120 s, "1/1 brokers are down")."""
+    node = broker.nodes[0]
+    state = "running" if node.is_running() else f"exited {node.process.returncode}"
+    try:
+        tail = broker.log_path.read_text(errors="replace").splitlines()[-15:]
+    except OSError as e:
+        tail = [f"(no log: {e})"]
+    return "\n".join([f"broker {state}", *tail])
+
+
 def busy_loops(n: int, seconds: float) -> list[subprocess.Popen]:
     """`n` processes spinning a CPU each, every one ending by itself after `seconds`."""
     spin = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
@@ -136,7 +148,7 @@ def test_first_runs_on_fresh_destinations_beside_busy_loops(source, tmp_path):
             result = migrate(
                 tmp_path / f"r{round_}", source, dst, prefix, reader={"timeout_ms": READ_MS}
             )
-            assert result.code == 0, (round_, result.stderr)
+            assert result.code == 0, (round_, result.stderr, broker_state(dst))
             assert_exact(dst, expected)
             # The fetch waited for its coordinators: the client never met the crash.
             assert isolated.crashes()[crashed:] == [], round_
