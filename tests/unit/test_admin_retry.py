@@ -84,6 +84,16 @@ def test_leaders_not_found_is_retried_on_a_fresh_client():
     assert (answers, errors, cluster.renewed) == ({"t[0]": 5}, {}, 1)
 
 
+def test_a_leader_epoch_moved_under_the_request_is_retried_on_a_fresh_client():
+    """A one-node source fenced by its controller under load and back: its ListOffsets
+    answered FENCED_LEADER_EPOCH, and the run ended in exit 1 (test-faults)."""
+    cluster, sent = FakeCluster(), []
+    fenced = error(KafkaError.FENCED_LEADER_EPOCH, "Leader epoch is older than broker epoch")
+    outcomes = {"t[0]": [fenced, error(KafkaError.OFFSET_NOT_AVAILABLE), 7]}
+    answers, errors = retry_each(cluster, str, ["t[0]"], scripted(outcomes, sent))
+    assert (answers, errors, cluster.renewed) == ({"t[0]": 7}, {}, 1)
+
+
 def test_a_recheck_settles_keys_before_they_are_sent_again():
     cluster, sent, asked = FakeCluster(), [], []
     timeout = error(KafkaError._TIMED_OUT)

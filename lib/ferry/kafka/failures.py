@@ -51,6 +51,11 @@ def _transient_codes() -> frozenset[int]:
             E.COORDINATOR_NOT_AVAILABLE,
             E.LEADER_NOT_AVAILABLE,
             E.NOT_LEADER_FOR_PARTITION,
+            # A leader's epoch moved under the request (a broker fenced by its controller and
+            # back, as a starved one-node cluster's is): librdkafka marks these not retriable.
+            E.FENCED_LEADER_EPOCH,
+            E.UNKNOWN_LEADER_EPOCH,
+            E.OFFSET_NOT_AVAILABLE,  # ListOffsets to a new leader whose high watermark lags
         }
     )
 
@@ -85,7 +90,15 @@ def needs_fresh_client(exc: BaseException) -> bool:
         return True
     err = kafka_error(exc)
     return err is not None and (
-        err.code() in (E._TRANSPORT, E._TIMED_OUT, E._ALL_BROKERS_DOWN, E._DESTROY_BROKER)
+        err.code()
+        in (
+            E._TRANSPORT,
+            E._TIMED_OUT,
+            E._ALL_BROKERS_DOWN,
+            E._DESTROY_BROKER,
+            E.FENCED_LEADER_EPOCH,  # the client's metadata names an old epoch: start afresh
+            E.UNKNOWN_LEADER_EPOCH,
+        )
         or is_leader_lookup(err)
     )
 
