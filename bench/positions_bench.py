@@ -20,7 +20,11 @@ spark-submit command with the job file swapped) and the dry run, each through
 times the dry run of another checkout (e.g. the code before a change) on the same world,
 alternating with this one, so a change is judged against the old code under the same load.
 The dry run's progress lines (where the time went) are printed after each run.
-Exit 1 when a run fails or any plan is not exact.
+`--execute` then commits each size once (this checkout) and sets it beside the write floor
+(`many_groups_bench.write_floor`: every group's offsets written, one request per group, all in
+flight, and read back): the issue's `--execute` acceptance is <= trivial + 2 x floor + the write
+floor; every committed offset is checked against the exact one on the destination.
+Exit 1 when a run fails or any plan or committed offset is not exact.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from fixed_cost import _clean_env, timed, trivial_command  # noqa: E402
-from many_groups_bench import best_floor, check_plan, run_job  # noqa: E402
+from many_groups_bench import best_floor, check_plan, run_job, write_floor  # noqa: E402
 from world import BulkProducer, commit_all  # noqa: E402
 
+from ferry import kafka  # noqa: E402
 from ferry.kafka.cluster import Cluster  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
 from ferry.testing.produce import create_topics  # noqa: E402
@@ -101,6 +106,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="40,2000,10000", help="group counts, comma separated")
     parser.add_argument("--rounds", type=int, default=1, help="dry runs per size (and checkout)")
     parser.add_argument("--compare", type=Path, help="another checkout's root to time as well")
+    parser.add_argument(
+        "--execute", action="store_true", help="also commit each size once, beside the write floor"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     roots = {"this": ROOT} | ({"compare": args.compare.resolve()} if args.compare else {})
@@ -170,10 +178,46 @@ def main() -> int:
                 summary.append(
                     f"         this / compare: {min(times['this']) / min(times['compare']):.2f}x"
                 )
+            if args.execute:
+                ok &= _execute(argv, work / f"{n}-execute.json", groups, dst_c, target, summary)
         print("every group at its own offset (best of the rounds), default settings:")
         print("\n".join(summary))
         print(f"every plan exact: {'yes' if ok else 'NO'}")
     return 0 if ok else 1
+
+
+def _execute(
+    argv: list[str],
+    out: Path,
+    groups: dict[str, Offsets],
+    dst: Cluster,
+    target: float,
+    summary: list[str],
+) -> bool:
+    """Time one `--execute` of this checkout beside the write floor (measured first: it writes
+    under other group names); True when every group was committed exactly."""
+    n = len(groups)
+    floor_write = write_floor(dst, groups, REPLICATED_FROM)
+    code, seconds, peak, tail = run_job([*argv, "--execute"], out, ROOT)
+    planned = check_plan(out, groups, "COMMITTED", REPLICATED_FROM) if code == 0 else 0
+    actual = kafka.committed_offsets(dst, sorted(groups))
+    committed = sum(
+        actual.get(g) == {tp: o - REPLICATED_FROM for tp, o in offs.items()}
+        for g, offs in groups.items()
+    )
+    note = f"exact {planned}/{n}, committed {committed}/{n}"
+    if code != 0:
+        note = f"EXIT {code}: {tail}"
+    print(f"{n:6d} groups, --execute {seconds:6.1f}s peak {peak:6.0f} MiB, {note}",
+          file=sys.stderr)  # fmt: skip
+    lines = progress_lines(out.with_suffix(".stderr"))
+    print("\n".join(x for x in lines if "  committed " not in x), file=sys.stderr)  # per group
+    summary.append(
+        f"  {n:6d} groups  write floor {floor_write:5.1f}s  this --execute {seconds:6.1f}s = "
+        f"{seconds / (target + floor_write):4.2f}x (trivial + 2 x floor + write floor = "
+        f"{target + floor_write:.1f}s; target <= 1)"
+    )
+    return code == 0 and planned == n and committed == n
 
 
 if __name__ == "__main__":
