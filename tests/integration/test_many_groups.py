@@ -10,6 +10,7 @@ import random
 import pytest
 
 from ferry import delta, kafka
+from ferry.kafka import groups as kafka_groups
 from ferry.kafka.cluster import Cluster
 from ferry.testing.produce import create_topics, produce
 from ferry.write import commit, ledger
@@ -155,3 +156,20 @@ def test_a_write_to_a_group_that_gained_members_is_refused_by_the_broker(cluster
     assert isinstance(errors[group], kafka.GroupActiveError), errors
     assert "gained members before its write" in str(errors[group])
     assert committed(dst, group) == {(topic, 0): 2}
+
+
+def test_offsets_of_more_groups_than_a_wave_are_all_fetched(clusters, unique, monkeypatch):
+    """Committed offsets are fetched in waves (`kafka.groups.FETCH_WAVE`, 1,000: a burst of
+    10,000 in flight sometimes went unanswered until the attempt timeout): every wave's
+    answers are kept, and a group with nothing committed is answered empty wherever it falls."""
+    src, dst = clusters
+    expected = _world(src, dst, unique, 24)
+    monkeypatch.setattr(kafka_groups, "FETCH_WAVE", 5)
+    groups = [*sorted(expected), f"{unique}-none"]  # 5 waves, the group never committed last
+    errors: dict = {}
+    got = kafka.committed_offsets(Cluster("source", src.config), groups, errors)
+    assert errors == {}
+    assert got == {
+        **{g: {tp: o + SHIFT for tp, o in offs.items()} for g, offs in expected.items()},
+        f"{unique}-none": {},
+    }

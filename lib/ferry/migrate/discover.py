@@ -1,7 +1,7 @@
 """Discover: which source groups are selected, their states and committed offsets on both
 clusters, and the watermarks of every partition the plan needs — all fetched in bulk, before
 any record is read. Per cluster: one ListGroups (every group's state; only groups it does not
-show inactive are described, for their members), every group's OffsetFetch in flight at once,
+show inactive are described, for their members), the groups' OffsetFetches in waves of 1,000,
 two ListOffsets; the source's and the destination's calls overlap.
 
 `migrate` refuses groups that are active on either side; `audit` (read-only) plans them too
