@@ -278,6 +278,14 @@ def check_plan(
     return sum(1 for g in groups if g not in bad and got.get(g) == want[g])
 
 
+def committed_exact(dst: Cluster, groups: dict[str, Offsets], shift: int = REPLICATED_FROM) -> int:
+    """Groups whose committed offsets on the destination are exactly the source's - `shift`."""
+    actual = kafka.committed_offsets(dst, sorted(groups))
+    return sum(
+        actual.get(g) == {tp: o - shift for tp, o in offs.items()} for g, offs in groups.items()
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="40,2000,10000", help="group counts, comma separated")
@@ -353,17 +361,13 @@ def main() -> int:
                     note = f"  EXACT rows {exact}/{n * 64}"
                 print(f"{n:6d} groups {name:9s} {seconds:6.1f}s  peak {peak:6.0f} MiB{note}",
                       file=sys.stderr)  # fmt: skip
-            actual = kafka.committed_offsets(dst_c, sorted(groups))
-            want = {
-                g: {tp: o - REPLICATED_FROM for tp, o in o_.items()} for g, o_ in groups.items()
-            }
-            committed_exact = sum(actual[g] == want[g] for g in groups)
-            ok &= committed_exact == n or "execute" not in jobs
+            exact_on_destination = committed_exact(dst_c, groups)
+            ok &= exact_on_destination == n or "execute" not in jobs
             print(
                 f"{n:6d} groups: {n * 64} group partitions, {positions} distinct positions, "
                 f"floor {floor:.1f}s (states from the listing: {floor_listing:.1f}s; writing "
                 f"and reading back every group: {floor_write:.1f}s), "
-                f"destination offsets exact {committed_exact}/{n}",
+                f"destination offsets exact {exact_on_destination}/{n}",
                 file=sys.stderr,
             )
 

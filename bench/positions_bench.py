@@ -42,10 +42,15 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from fixed_cost import _clean_env, timed, trivial_command  # noqa: E402
-from many_groups_bench import best_floor, check_plan, run_job, write_floor  # noqa: E402
+from many_groups_bench import (  # noqa: E402
+    best_floor,
+    check_plan,
+    committed_exact,
+    run_job,
+    write_floor,
+)
 from world import BulkProducer, commit_all  # noqa: E402
 
-from ferry import kafka  # noqa: E402
 from ferry.kafka.cluster import Cluster  # noqa: E402
 from ferry.testing.brokers import local_brokers  # noqa: E402
 from ferry.testing.produce import create_topics  # noqa: E402
@@ -200,11 +205,7 @@ def _execute(
     floor_write = write_floor(dst, groups, REPLICATED_FROM)
     code, seconds, peak, tail = run_job([*argv, "--execute"], out, ROOT)
     planned = check_plan(out, groups, "COMMITTED", REPLICATED_FROM) if code == 0 else 0
-    actual = kafka.committed_offsets(dst, sorted(groups))
-    committed = sum(
-        actual.get(g) == {tp: o - REPLICATED_FROM for tp, o in offs.items()}
-        for g, offs in groups.items()
-    )
+    committed = committed_exact(dst, groups, REPLICATED_FROM)
     note = f"exact {planned}/{n}, committed {committed}/{n}"
     if code != 0:
         note = f"EXIT {code}: {tail}"
