@@ -88,6 +88,29 @@ def start_session(app_name: str = "ferry") -> Callable[[], SparkSession]:
     return wait
 
 
+def cache_in_background(df: DataFrame) -> Callable[[], None]:
+    """Persist `df` and fill its cache in a Spark job of its own, started now, while the
+    driver goes on (Kafka reads, building the next query); the returned callable waits for
+    that job and re-raises its error. A query planned after this call reads the cache, its
+    tasks waiting for any block still being written, so the job's cost hides behind the
+    driver's work instead of opening the next query (40 groups: about a second)."""
+    df.persist()
+    description = _description
+
+    def fill() -> None:
+        _describe(df.sparkSession.sparkContext, description)  # as the caller's jobs
+        df.count()
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-cache")
+    future = pool.submit(fill)
+    pool.shutdown(wait=False)
+
+    def wait() -> None:
+        future.result()
+
+    return wait
+
+
 # What the Spark jobs started from now on are about (`describe_jobs`); None until said.
 _description: str | None = None
 
@@ -104,12 +127,13 @@ def describe_jobs(text: str) -> None:
         _describe(context)
 
 
-def _describe(context: SparkContext) -> None:
+def _describe(context: SparkContext, text: str | None = None) -> None:
     # A local property of the calling thread (PySpark pins each Python thread to a JVM
     # thread); the jobs are started by the thread that prints the progress.
-    if _description is not None:
+    text = text if text is not None else _description
+    if text is not None:
         try:
-            context.setJobDescription(_description)
+            context.setJobDescription(text)
         except Exception:  # noqa: BLE001 - a description must never fail a run
             pass
 

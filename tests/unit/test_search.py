@@ -4,7 +4,7 @@ is closed, and which candidates count (no brokers)."""
 from __future__ import annotations
 
 from ferry.config import FerryConfig
-from ferry.migrate import lookups, matching, search, slices
+from ferry.migrate import lookups, search, slices
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.ranges import RangeBook
 
@@ -16,7 +16,8 @@ K = 2
 def state_of(
     spark, src_values, dst_values, c, slice_bounds, *, dst_ts=None, src_ts=None, before=50, after=50
 ):
-    """with_slice_state for one group committed at `c` on src, one slice on dst."""
+    """The judgement of one slice on dst (`slice_bounds`, as read) for one group committed at
+    `c` on src: matched in Spark, judged on the driver, as a search step does."""
     src_df = records(spark, "src", src_values, ts=src_ts)
     dst_df = records(spark, "dst", dst_values, ts=dst_ts)
     anchors_df = anchors_of(spark, [("src", 0, c, "dst", 0, 0, 10**6)], src_df, K)
@@ -26,21 +27,23 @@ def state_of(
          >= anchor.anchor_timestamp_ms),
         default=len(dst_values),
     )  # fmt: skip
+    start, end = slice_bounds
+    s = slices.AnchorSlice(position, 0, len(dst_values), position - (K + 1) - start,
+                           end - position - (K + 1))  # fmt: skip
+    assert s.bounds(K) == slice_bounds
+    key = ("dst", 0, anchor.anchor_timestamp_ms)
     slices_df = spark.createDataFrame(
-        [("dst", 0, anchor.anchor_timestamp_ms, position, *slice_bounds, 0, len(dst_values))],
-        slices.SLICES_SCHEMA,
-    )
-    candidates_df = slices.filter_candidates_in_slices(
-        matching.with_candidates(anchors_df, matching.with_context(dst_df, K), before, after),
-        anchors_df,
-        slices_df,
+        [(*key, position, start, end, 0, len(dst_values))], slices.SLICES_SCHEMA
     )
     bounds_df = spark.createDataFrame(
         [("dst", 0, 0, len(dst_values), T0 + 10**9)], DST_BOUNDS_SCHEMA
     )
-    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, after)
-    row = slices.with_slice_state(resolved_df, dst_df, slices_df, K, before, after).first()
-    return row.is_decided, row.is_left_closed, row.is_right_closed
+    row = slices.match_in_slices(
+        slices.with_slices(anchors_df, slices_df), dst_df, bounds_df, K, before, after
+    ).first()
+    read = dst_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()
+    state = slices.judge_slices(read, {key: s}, {key: row.is_full_match}, K, before, after)[key]
+    return state.is_decided, state.is_left_closed, state.is_right_closed
 
 
 VALUES = [f"v{i}" for i in range(40)]
@@ -179,3 +182,46 @@ def test_each_slice_gets_its_own_window_and_never_less_than_it_covers(monkeypatc
     lookups.look_up_windows(None, {("t", 0, 900_000): b, ("t", 0, 200_000): a}, {}, K, 50, 70)
     assert asked == {("t", 0): [(199_950, 200_071), (899_950, 900_071)]}
     assert a.window == (97, 200) and b.window == (497, 900)  # a's own reach: from 97
+
+
+def test_slices_are_judged_on_their_own_partitions_records_in_any_chunking(monkeypatch):
+    # two topics × two partitions, records out of order; slices overlap and one partition has
+    # no record read at all; each chunk size gives the counts of one pass over everything
+    import pyarrow as pa
+
+    rows = [(t, p, o, T0 + 10 * o + (5 if t == "b" else 0) + p) for t in ("a", "b")
+            for p in (0, 1) for o in range(40)]  # fmt: skip
+    rows.reverse()
+    read = pa.table(
+        {
+            "topic": [r[0] for r in rows],
+            "partition": pa.array([r[1] for r in rows], pa.int32()),
+            "offset": [r[2] for r in rows],
+            "timestamp_ms": [r[3] for r in rows],
+        }
+    )
+    open_slices = {
+        ("a", 0, T0 + 200): slices.AnchorSlice(20, 0, 40, before=2, after=4),
+        ("a", 0, T0 + 250): slices.AnchorSlice(25, 0, 40, before=10, after=10),
+        ("b", 1, T0 + 206): slices.AnchorSlice(20, 0, 40, before=0, after=0),
+        ("a", 7, T0 + 100): slices.AnchorSlice(10, 0, 40, before=0, after=0),
+    }
+
+    def expected(key, s):
+        t, p, ts0 = key
+        start, end = s.bounds(K)
+        inside = [r for r in rows if (r[0], r[1]) == (t, p) and start <= r[2] < end]
+        return [
+            sum(r[2] >= s.position and r[3] > ts0 for r in inside),
+            sum(r[3] < ts0 - 30 for r in inside),
+            sum(r[3] > ts0 + 40 for r in inside),
+        ]
+
+    want = [expected(key, s) for key, s in open_slices.items()]
+    assert want[3] == [0, 0, 0] and want[0] != want[1]
+    for chunk in (1, 7, 1 << 22):
+        monkeypatch.setattr(slices, "CHUNK", chunk)
+        got = slices._counts_in_slices(
+            read, list(open_slices.values()), list(open_slices), K, 30, 40
+        )
+        assert got.tolist() == want

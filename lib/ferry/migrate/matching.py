@@ -177,9 +177,16 @@ def _common_prefix(a: str, b: str) -> Column:
 
 
 def with_candidates(
-    anchors_df: DataFrame, dst_context_df: DataFrame, window_before_ms: int, window_after_ms: int
+    anchors_df: DataFrame,
+    dst_context_df: DataFrame,
+    window_before_ms: int,
+    window_after_ms: int,
+    within_slices: bool = False,
 ) -> DataFrame:
-    """One row per anchor × destination record with the anchor's hash inside the window."""
+    """One row per anchor × destination record with the anchor's hash inside the window;
+    `within_slices`: and inside the anchor's own slice, [slice_start, slice_end), columns
+    `anchors_df` carries (`ferry.migrate.slices.with_slices`) — a condition of the same join,
+    not another join."""
     a = anchors_df.filter(F.col("anchor_kind") != "none")
     d = _renamed(
         dst_context_df,
@@ -199,6 +206,8 @@ def with_candidates(
         & (d.d_timestamp_ms >= a.anchor_timestamp_ms - F.lit(window_before_ms))
         & (d.d_timestamp_ms <= a.anchor_timestamp_ms + F.lit(window_after_ms))
     )
+    if within_slices:
+        on = on & (d.candidate_offset >= a.slice_start) & (d.candidate_offset < a.slice_end)
     return a.join(d, on).select(
         *ANCHOR_KEYS,
         "candidate_offset",

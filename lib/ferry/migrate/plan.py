@@ -31,7 +31,7 @@ from ferry.migrate.extract import (
 from ferry.migrate.model import Plan, Position, row_order
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
-from ferry.session import SparkOrLater, local_df, session_of
+from ferry.session import SparkOrLater, cache_in_background, local_df, session_of
 from ferry.status import GroupStatus, PartitionStatus
 
 __all__ = ["Plan", "build_plan", "replan_pending", "row_order"]
@@ -127,7 +127,9 @@ def match_positions(
             context[key] = min(context.get(key, k), anchor.records_before)
     anchors_df = matching.with_anchor_records(
         local_df(spark, rows, ANCHORED_SCHEMA), matching.with_context(src_records_df, k)
-    ).persist()
+    )
+    # cached while the destination is looked up and read: each search step joins it
+    anchors_cached = cache_in_background(anchors_df)
     slice_keys = sorted(context)
     dst_bounds = dict(disc.destination_bounds)
     last_ts = destination_last_timestamps(dst, dst_bounds)
@@ -157,6 +159,7 @@ def match_positions(
             f"positions ({per:.0f} per position) in {found.steps} steps"
         )
         resolved = found.rows
+    anchors_cached()
     anchors_df.unpersist()
     # one row per position
     return {(row["src_topic"], row["src_partition"], row["committed_offset"]): row

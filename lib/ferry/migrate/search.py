@@ -6,10 +6,11 @@ distinct anchor position (destination partition × anchor timestamp) gets a slic
 k + 1 records before P, the first offset whose timestamp is at or after the anchor's (the
 broker's lookup, verified by the first read around it), to k + 1 + r records after it. All
 slices are read in one read per step (`ferry.kafka.read`: on the driver when small, else one
-Spark job), then matched and judged in one Spark job (`match_in_slices`); a slice that is not
-yet decided grows its open sides fourfold and is read again (only the new offsets), until it
-is decided or covers the window on both sides. A position's row from the job of the step
-that decided or closed its slice is its result.
+Spark job), then matched in one Spark job (`match_in_slices`: each anchor's candidates are
+taken inside its own slice) and judged on the driver, which holds every offset and timestamp
+read (`judge_slices`); a slice that is not yet decided grows its open sides fourfold and is
+read again (only the new offsets), until it is decided or covers the window on both sides. A
+position's row from the job of the step that decided or closed its slice is its result.
 
 A slice is **decided** early when, for every anchor at that position, the best candidate
 in the slice
@@ -39,6 +40,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -54,7 +56,9 @@ from ferry.migrate.slices import (
     SLICE_KEYS_SCHEMA,
     SLICES_SCHEMA,
     AnchorSlice,
+    judge_slices,
     match_in_slices,
+    with_slices,
 )
 from ferry.session import local_df
 
@@ -141,13 +145,15 @@ def search_destination(
     and the (topic, partition, offset, timestamp_ms) of its records on the driver (Arrow).
 
     Each step is one read and one Spark job, which matches every position whose slice was
-    read in it and tells, of the slices still open, which are decided: a position is done
-    when its slice is decided or closed, and its row from that job is its result. So a run
+    read in it; of the slices still open, the driver then tells which are decided from that
+    job's rows and the offsets read: a position is done when its slice is decided or closed,
+    and its row from that job is its result. So a run
     whose slices are all decided at the first step runs one matching job, and the last few
     open positions (read to their windows' edges at once) one more, over their partitions
     only. Positions within their context of the log start are read to their windows' edges
     at the first step: they could not be decided early."""
-    k = cfg.matching.context
+    m = cfg.matching
+    k = m.context
     positions = [dict(zip(SLICE_KEYS, key, strict=True)) for key in sorted(context)]
     whole = _read_whole(positions, bounds, k)
     large = [p for p in positions if (p["dst_topic"], p["dst_partition"]) not in whole]
@@ -161,7 +167,7 @@ def search_destination(
         key: _first_slice(pos, *bounds[(key[0], key[1])], k, (key[0], key[1]) in whole)
         for key, pos in at.items()
     }
-    book, parts = RangeBook(), []
+    book, parts, read_tables = RangeBook(), [], []
     # A position that lands closer to the destination's log start than its anchors' context
     # reaches: the copy there has less context before it than the anchor, so it is never a
     # full match and the slice never decided; it would widen step after step to its window's
@@ -195,6 +201,7 @@ def search_destination(
         if ranges:
             records_part, read_table = read(ranges)  # every open slice's new offsets at once
             parts.append(records_part)
+            read_tables.append(read_table)
             offsets_read += n
         if unverified:
             wrong = verify_first(
@@ -213,17 +220,28 @@ def search_destination(
             s.close_at_edges(k)
         still_open = {key: s for key, s in reading.items() if s.is_open}
         records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
-        step_df = step_query(
-            spark, anchors_df, records_df, reading, still_open, unanchored, bounds_df, cfg
-        )
+        step_df = step_query(spark, anchors_df, records_df, reading, unanchored, bounds_df, cfg)
         unanchored = False
-        for row in collect_rows(step_df):
+        step_rows = collect_rows(step_df)
+        is_full: dict[tuple[str, int, int], bool] = {}
+        for row in step_rows:
+            key = (row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"])
+            if key in still_open:
+                is_full[key] = is_full.get(key, True) and bool(row["is_full_match"])
+        if still_open:
+            read_so_far = pa.concat_tables(read_tables)
+            read_tables = [read_so_far]
+            judged = judge_slices(
+                read_so_far, still_open, is_full, k, m.window_before_ms, m.window_after_ms
+            )
+            for key, state in judged.items():
+                s = still_open[key]
+                s.is_decided = state.is_decided
+                s.is_left_closed = state.is_left_closed
+                s.is_right_closed = state.is_right_closed
+        for row in step_rows:
             key = (row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"])
             s = still_open.get(key)
-            if s is not None and row["is_decided"] is not None:
-                s.is_decided = bool(row["is_decided"])
-                s.is_left_closed = bool(row["is_left_closed"])
-                s.is_right_closed = bool(row["is_right_closed"])
             if s is None or not s.is_open or step == MAX_STEPS:
                 rows.append({c: row[c] for c in matching.POSITION_COLUMNS})
         for s in still_open.values():
@@ -246,22 +264,18 @@ def step_query(
     anchors_df: DataFrame,
     records_df: DataFrame,
     reading: Mapping[tuple[str, int, int], AnchorSlice],
-    still_open: Mapping[tuple[str, int, int], AnchorSlice],
     unanchored: bool,
     bounds_df: DataFrame,
     cfg: FerryConfig,
 ) -> DataFrame:
-    """A step's one query (`match_in_slices`): the slices read in it (`reading`, and with
-    `unanchored` the positions with no anchor) matched, those `still_open` told decided or
-    not, over the records of their partitions only."""
+    """A step's one query (`match_in_slices`): the anchors of the slices read in it
+    (`reading`, and with `unanchored` the positions with no anchor) matched inside their
+    slices, over the records of their partitions only. Whether a slice is decided is judged
+    on the driver afterwards (`judge_slices`)."""
     m = cfg.matching
-    # slices that read their whole partitions hold every candidate: nothing to filter
-    is_whole = all(s.read_bounds == (s.log_start, s.log_end) for s in reading.values())
     return match_in_slices(
-        _only(spark, anchors_df, reading, unanchored),
+        _only(spark, anchors_df, reading, unanchored, m.context),
         _in_partitions(spark, records_df, reading),
-        None if is_whole else _slices_df(spark, reading, m.context, read=True),
-        _slices_df(spark, still_open, m.context) if still_open else None,
         bounds_df,
         m.context,
         m.window_before_ms,
@@ -274,12 +288,15 @@ def _only(
     anchors_df: DataFrame,
     slices: Mapping[tuple[str, int, int], AnchorSlice],
     unanchored: bool,
+    k: int,
 ) -> DataFrame:
-    """The anchors of these slices (and, `unanchored`, those with no anchor at all)."""
-    keys_df = local_df(spark, list(slices), SLICE_KEYS_SCHEMA)
-    chosen = anchors_df.join(F.broadcast(keys_df), SLICE_KEYS, "left_semi")
+    """The anchors of these slices with their slices' bounds as last read (and,
+    `unanchored`, those with no anchor at all, which have no slice)."""
+    chosen = with_slices(anchors_df, _slices_df(spark, slices, k))
     if unanchored:
-        chosen = chosen.unionByName(anchors_df.filter(F.col("anchor_kind") == "none"))
+        chosen = chosen.unionByName(
+            anchors_df.filter(F.col("anchor_kind") == "none"), allowMissingColumns=True
+        )
     return chosen
 
 
@@ -325,22 +342,11 @@ def _first_slice(position: int, log_start: int, log_end: int, k: int, whole: boo
 
 
 def _slices_df(
-    spark: SparkSession,
-    slices: Mapping[tuple[str, int, int], AnchorSlice],
-    k: int,
-    read: bool = False,
+    spark: SparkSession, slices: Mapping[tuple[str, int, int], AnchorSlice], k: int
 ) -> DataFrame:
-    """The slices as rows. read=True: the bounds last read (open slices grew since)."""
+    """The slices as rows, with the bounds last read."""
     rows = [
-        (
-            t,
-            p,
-            ts,
-            s.position,
-            *((s.read_bounds or (0, 0)) if read else s.bounds(k)),
-            s.log_start,
-            s.log_end,
-        )
+        (t, p, ts, s.position, *(s.read_bounds or (0, 0)), s.log_start, s.log_end)
         for (t, p, ts), s in slices.items()
     ]
     return local_df(spark, rows, SLICES_SCHEMA)

@@ -1,17 +1,24 @@
 """Slices, the destination search's unit (`ferry.migrate.search`): what is read around one
-anchor position (`AnchorSlice`, on the driver), and the pure transforms over a step's records,
-its slices and the anchors read in it (Spark). An anchor position is a destination
-partition × anchor timestamp; the rules for when one is decided or
-closed are in `ferry.migrate.search`'s module doc.
+anchor position (`AnchorSlice`, on the driver), the pure transforms that match a step's anchors
+inside their slices (Spark), and the judgement of the slices still open from the offsets and
+timestamps read (`judge_slices`, on the driver, which holds them). An anchor position is a
+destination partition × anchor timestamp; the rules for when one is decided or closed are in
+`ferry.migrate.search`'s module doc.
 
-Pure: DataFrames and plain values in, a DataFrame out; no reads, writes or sessions.
+Pure: DataFrames, Arrow tables and plain values in, a DataFrame or plain values out; no reads,
+writes or sessions.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
@@ -92,109 +99,129 @@ class AnchorSlice:
         return not self.is_decided and not (self.is_left_closed and self.is_right_closed)
 
 
-def filter_candidates_in_slices(
-    candidates_df: DataFrame, anchors_df: DataFrame, slices_df: DataFrame
-) -> DataFrame:
-    """Only the candidates inside their own anchor's slice."""
-    bounds = anchors_df.select(*matching.ANCHOR_KEYS, *SLICE_KEYS).join(slices_df, SLICE_KEYS)
-    columns = candidates_df.columns
-    return (
-        candidates_df.join(bounds, matching.ANCHOR_KEYS)
-        .filter(
-            (F.col("candidate_offset") >= F.col("slice_start"))
-            & (F.col("candidate_offset") < F.col("slice_end"))
-        )
-        .select(*columns)
-    )
-
-
-def with_slice_state(
-    resolved_df: DataFrame,
-    records_df: DataFrame,
-    slices_df: DataFrame,
-    k: int,
-    window_before_ms: int,
-    window_after_ms: int,
-) -> DataFrame:
-    """`resolved_df` (`matching.resolve`'s rows, `is_full_match` included, from candidates
-    inside their slices: `filter_candidates_in_slices`) with, for the slices of `slices_df`,
-    is_decided, is_left_closed and is_right_closed (see the module doc); null for the rest.
-
-    Decided needs every position of the slice fully matched, so the rows of one slice are
-    taken together (a window over them: resolve's rows are used once, their candidates are
-    not computed twice)."""
-    s = slices_df.alias("s")
-    r = records_df.select(
-        F.col("topic").alias("r_topic"),
-        F.col("partition").alias("r_partition"),
-        F.col("offset").alias("r_offset"),
-        F.col("timestamp_ms").alias("r_ts"),
-    )
-    in_slice = s.join(
-        r,
-        (F.col("r_topic") == F.col("dst_topic"))
-        & (F.col("r_partition") == F.col("dst_partition"))
-        & (F.col("r_offset") >= F.col("slice_start"))
-        & (F.col("r_offset") < F.col("slice_end")),
-        "left",
-    )
-    ts = F.col("anchor_timestamp_ms")
-    edges = in_slice.groupBy(*SLICE_KEYS).agg(
-        F.first("slice_end").alias("e_slice_end"),
-        F.first("slice_start").alias("e_slice_start"),
-        F.first("log_start").alias("e_log_start"),
-        F.first("log_end").alias("e_log_end"),
-        F.count(F.when((F.col("r_offset") >= F.col("position")) & (F.col("r_ts") > ts), 1)).alias(
-            "n_after_ms"
-        ),
-        F.count(F.when(F.col("r_ts") < ts - F.lit(window_before_ms), 1)).alias("n_before_window"),
-        F.count(F.when(F.col("r_ts") > ts + F.lit(window_after_ms), 1)).alias("n_after_window"),
-    )
-    per_slice = Window.partitionBy(*SLICE_KEYS)
-    all_full = F.min(F.col("is_full_match").cast(IntegerType())).over(per_slice)
-    state = resolved_df.withColumn("all_full", all_full).join(edges, SLICE_KEYS, "left")
-    is_ms_covered = (F.col("e_slice_end") >= F.col("e_log_end")) | (F.col("n_after_ms") >= k + 1)
-    is_left_closed = (F.col("e_slice_start") <= F.col("e_log_start")) | (
-        F.col("n_before_window") >= k + 1
-    )
-    is_right_closed = (F.col("e_slice_end") >= F.col("e_log_end")) | (
-        F.col("n_after_window") >= k + 1
-    )
-    is_known = F.col("e_slice_end").isNotNull()
-    return state.select(
-        *resolved_df.columns,
-        F.when(is_known, (F.col("all_full") == 1) & is_ms_covered).alias("is_decided"),
-        F.when(is_known, is_left_closed).alias("is_left_closed"),
-        F.when(is_known, is_right_closed).alias("is_right_closed"),
-    )
+def with_slices(anchors_df: DataFrame, slices_df: DataFrame) -> DataFrame:
+    """The anchors of these slices (`SLICES_SCHEMA`), each with its slice's bounds,
+    slice_start and slice_end: a broadcast join, slices being few beside records."""
+    bounds = F.broadcast(slices_df.select(*SLICE_KEYS, "slice_start", "slice_end"))
+    return anchors_df.join(bounds, SLICE_KEYS)
 
 
 def match_in_slices(
     anchors_df: DataFrame,
     records_df: DataFrame,
-    slices_df: DataFrame | None,
-    open_df: DataFrame | None,
     bounds_df: DataFrame,
     k: int,
     window_before_ms: int,
     window_after_ms: int,
 ) -> DataFrame:
-    """Matching's row for each anchor (`matching.POSITION_COLUMNS`) from the candidates inside
-    its slice (`slices_df`; None: every slice holds its whole partition), with, for the slices
-    of `open_df`, is_decided, is_left_closed and is_right_closed (`with_slice_state`; null for
-    the others)."""
+    """Matching's row for each anchor (`matching.POSITION_COLUMNS`, and is_full_match: its
+    top candidate matches its whole context at its own timestamp) from the candidates inside
+    its own slice (`anchors_df` from `with_slices`)."""
     context_df = matching.with_context(records_df, k)
     candidates_df = matching.with_candidates(
-        anchors_df, context_df, window_before_ms, window_after_ms
+        anchors_df, context_df, window_before_ms, window_after_ms, within_slices=True
     )
-    if slices_df is not None:
-        candidates_df = filter_candidates_in_slices(candidates_df, anchors_df, slices_df)
     resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, window_after_ms)
-    state = ["is_decided", "is_left_closed", "is_right_closed"]
-    if open_df is None:
-        return resolved_df.select(
-            *matching.POSITION_COLUMNS, *(F.lit(None).cast("boolean").alias(c) for c in state)
+    return resolved_df.select(*matching.POSITION_COLUMNS, "is_full_match")
+
+
+@dataclass(frozen=True)
+class SliceState:
+    """An open slice after a step: decided, or which of its sides reached its edge."""
+
+    is_decided: bool
+    is_left_closed: bool
+    is_right_closed: bool
+
+
+def judge_slices(
+    read: pa.Table,
+    open_slices: Mapping[tuple[str, int, int], AnchorSlice],
+    is_full: Mapping[tuple[str, int, int], bool],
+    k: int,
+    window_before_ms: int,
+    window_after_ms: int,
+) -> dict[tuple[str, int, int], SliceState]:
+    """Whether each open slice is decided, and which of its sides are closed (the rules are in
+    `ferry.migrate.search`'s module doc), from the offsets and timestamps of the records read
+    so far (`read`: topic, partition, offset, timestamp_ms; each record once) and, per slice,
+    whether every anchor at its position fully matched (`is_full`: matching's
+    is_full_match, all of the slice's rows). On the driver, which holds both: counting records
+    by timestamp inside each slice is a few array operations, where a Spark job would spend a
+    range join, a grouping and a window on it."""
+    keys = list(open_slices)
+    counts = _counts_in_slices(read, [open_slices[key] for key in keys], keys, k,
+                               window_before_ms, window_after_ms)  # fmt: skip
+    out = {}
+    for key, (n_after_ms, n_before_window, n_after_window) in zip(keys, counts, strict=True):
+        s = open_slices[key]
+        start, end = s.bounds(k)
+        is_ms_covered = end >= s.log_end or n_after_ms >= k + 1
+        out[key] = SliceState(
+            is_decided=bool(is_full.get(key, False)) and is_ms_covered,
+            is_left_closed=start <= s.log_start or n_before_window >= k + 1,
+            is_right_closed=end >= s.log_end or n_after_window >= k + 1,
         )
-    return with_slice_state(
-        resolved_df, records_df, open_df, k, window_before_ms, window_after_ms
-    ).select(*matching.POSITION_COLUMNS, *state)
+    return out
+
+
+CHUNK = 1 << 22  # records compared at once: bounds the arrays of a dense search's slices
+
+
+def _counts_in_slices(
+    read: pa.Table,
+    slices: Sequence[AnchorSlice],
+    keys: Sequence[tuple[str, int, int]],
+    k: int,
+    window_before_ms: int,
+    window_after_ms: int,
+) -> np.ndarray:
+    """Per slice: records at or after its position later than the anchor's millisecond,
+    records before its window, records after its window (rows of a (n, 3) array)."""
+    out = np.zeros((len(slices), 3), dtype=np.int64)
+    if not slices or read.num_rows == 0:
+        return out
+    topic = pc.dictionary_encode(read.column("topic")).combine_chunks()
+    names = {name: i for i, name in enumerate(topic.dictionary.to_pylist())}
+    codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    partition = read.column("partition").to_numpy().astype(np.int64)
+    offset = read.column("offset").to_numpy()
+    ts = read.column("timestamp_ms").to_numpy()
+    order = np.lexsort((offset, partition, codes))
+    tp = (codes << 32 | partition)[order]
+    offset, ts = offset[order], ts[order]
+    by_tp: dict[int, list[int]] = defaultdict(list)
+    for i, (t, p, _) in enumerate(keys):
+        if t in names:
+            by_tp[names[t] << 32 | p].append(i)
+    for code, members in by_tp.items():
+        lo_tp, hi_tp = np.searchsorted(tp, code), np.searchsorted(tp, code, side="right")
+        offs, times = offset[lo_tp:hi_tp], ts[lo_tp:hi_tp]
+        idx = np.array(members)
+        bounds = np.array([slices[i].bounds(k) for i in members], dtype=np.int64).reshape(-1, 2)
+        lo = np.searchsorted(offs, bounds[:, 0])
+        hi = np.searchsorted(offs, bounds[:, 1])
+        at = np.searchsorted(offs, np.array([slices[i].position for i in members]))
+        anchor_ts = np.array([keys[i][2] for i in members], dtype=np.int64)
+        lens = hi - lo
+        ends = np.cumsum(lens)
+        first = 0
+        while first < len(members):  # chunks of at most CHUNK records (one slice at least)
+            done = int(ends[first - 1]) if first else 0
+            last = max(first + 1, int(np.searchsorted(ends, done + CHUNK, side="right")))
+            part = slice(first, last)
+            n = lens[part]
+            owner = np.repeat(np.arange(last - first), n)
+            starts = np.cumsum(n) - n
+            where = np.arange(n.sum()) - starts[owner] + lo[part][owner]
+            t, t0 = times[where], anchor_ts[part][owner]
+            for column, hit in enumerate(
+                (
+                    (where >= at[part][owner]) & (t > t0),
+                    t < t0 - window_before_ms,
+                    t > t0 + window_after_ms,
+                )
+            ):
+                out[idx[part], column] = np.bincount(owner, weights=hit, minlength=last - first)
+            first = last
+    return out

@@ -1,0 +1,37 @@
+"""`session.cache_in_background`: a DataFrame's cache filled by a job of its own while the
+caller goes on."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from ferry import session
+
+
+def _fully_cached(spark) -> set[int]:
+    infos = spark.sparkContext._jsc.sc().getRDDStorageInfo()
+    return {i.id() for i in infos if 0 < i.numPartitions() == i.numCachedPartitions()}
+
+
+def test_the_cache_is_whole_when_the_wait_returns(spark):
+    before = _fully_cached(spark)
+    df = spark.range(0, 1000, numPartitions=4).select("id", (F.col("id") * 2).alias("twice"))
+    wait = session.cache_in_background(df)
+    assert df.is_cached  # persisted at once: queries planned from now on read the cache
+    wait()
+    try:
+        assert len(_fully_cached(spark) - before) == 1
+        assert df.agg(F.sum("twice")).first()[0] == 999_000
+    finally:
+        df.unpersist()
+
+
+def test_the_fill_jobs_error_is_raised_by_the_wait(spark):
+    df = spark.range(3).select(F.raise_error(F.lit("no such record")).alias("x"))
+    wait = session.cache_in_background(df)
+    try:
+        with pytest.raises(Exception, match="no such record"):
+            wait()
+    finally:
+        df.unpersist()
