@@ -309,3 +309,30 @@ def test_a_stalled_read_resumes_on_a_fresh_consumer_where_it_stopped(proxied):
             offsets += [m.offset() for m in messages]
         assert reader.renewals >= 1
     assert offsets == list(range(3000))
+
+
+def test_a_read_with_offsets_is_read_once_and_kept(spark, cluster, path):
+    # The records are deleted from the topic once the read returns: every later use of its
+    # DataFrame must still see them all (kept in memory or in Spark's cache, not read again).
+    from ferry.testing.produce import delete_records
+
+    name = f"kept-{path}-{int(time.time() * 1000)}"
+    create_topics(cluster.config, {name: 2})
+    for p in (0, 1):
+        produce(cluster.config, name, p, [Record(b"k", f"v{i}".encode(), BASE_TS + i)
+                                          for i in range(20)])  # fmt: skip
+    df, offsets = kafka.read_with_offsets(
+        spark,
+        on(path, cluster.config),
+        [OffsetRange(name, 0, 0, 20), OffsetRange(name, 1, 5, 20)],
+        columns=["topic", "partition", "offset", "timestamp", "value"],
+        hash_fields=["key", "value"],
+    )
+    read = zip(offsets["partition"].to_pylist(), offsets["offset"].to_pylist(), strict=True)
+    assert sorted(read) == [
+        *((0, o) for o in range(20)),
+        *((1, o) for o in range(5, 20)),
+    ]
+    delete_records(cluster.config, {(name, 0): 20, (name, 1): 20})
+    assert df.count() == 35
+    assert df.filter(F.col("partition") == 1).agg(F.min("offset")).first()[0] == 5
