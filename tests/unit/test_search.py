@@ -225,3 +225,23 @@ def test_slices_are_judged_on_their_own_partitions_records_in_any_chunking(monke
             read, list(open_slices.values()), list(open_slices), K, 30, 40
         )
         assert got.tolist() == want
+
+
+def test_a_steps_anchors_are_those_of_its_slices_and_with_unanchored_the_empty_ones(spark):
+    anchors_df = spark.createDataFrame(
+        [
+            ("dst", 0, T0, 1, "last"),  # its slice is read in this step
+            ("dst", 0, T0 + 5, 2, "last"),  # its slice is not
+            (None, None, None, 3, "none"),  # nothing on the source: no slice at all
+        ],
+        "dst_topic string, dst_partition int, anchor_timestamp_ms long, committed_offset long, "
+        "anchor_kind string",
+    )
+    slices_df = spark.createDataFrame([("dst", 0, T0, 10, 4, 20, 0, 100)], slices.SLICES_SCHEMA)
+
+    def chosen(unanchored):
+        df = slices.with_slices(anchors_df, slices_df, unanchored)
+        return sorted((r.committed_offset, r.slice_start, r.slice_end) for r in df.collect())
+
+    assert chosen(False) == [(1, 4, 20)]
+    assert chosen(True) == [(1, 4, 20), (3, None, None)]

@@ -292,12 +292,7 @@ def _only(
 ) -> DataFrame:
     """The anchors of these slices with their slices' bounds as last read (and,
     `unanchored`, those with no anchor at all, which have no slice)."""
-    chosen = with_slices(anchors_df, _slices_df(spark, slices, k))
-    if unanchored:
-        chosen = chosen.unionByName(
-            anchors_df.filter(F.col("anchor_kind") == "none"), allowMissingColumns=True
-        )
-    return chosen
+    return with_slices(anchors_df, _slices_df(spark, slices, k), unanchored)
 
 
 def _in_partitions(

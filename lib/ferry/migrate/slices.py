@@ -99,11 +99,16 @@ class AnchorSlice:
         return not self.is_decided and not (self.is_left_closed and self.is_right_closed)
 
 
-def with_slices(anchors_df: DataFrame, slices_df: DataFrame) -> DataFrame:
+def with_slices(anchors_df: DataFrame, slices_df: DataFrame, unanchored: bool = False) -> DataFrame:
     """The anchors of these slices (`SLICES_SCHEMA`), each with its slice's bounds,
-    slice_start and slice_end: a broadcast join, slices being few beside records."""
+    slice_start and slice_end: a broadcast join, slices being few beside records.
+    `unanchored`: and the positions with no anchor (kind "none"), which have no slice (null
+    bounds) — one outer join, not a union, which Spark analyses again over both plans."""
     bounds = F.broadcast(slices_df.select(*SLICE_KEYS, "slice_start", "slice_end"))
-    return anchors_df.join(bounds, SLICE_KEYS)
+    if not unanchored:
+        return anchors_df.join(bounds, SLICE_KEYS)
+    joined = anchors_df.join(bounds, SLICE_KEYS, "left")
+    return joined.filter(F.col("slice_start").isNotNull() | (F.col("anchor_kind") == "none"))
 
 
 def match_in_slices(
