@@ -15,12 +15,15 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
+
+T = TypeVar("T")
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 LOG4J_PROPERTIES = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
@@ -76,9 +79,7 @@ def start_session(app_name: str = "ferry") -> Callable[[], SparkSession]:
     """Start `build_session` in the background; the returned callable waits for it. Starting
     a SparkContext takes seconds that Kafka admin calls and driver reads do not need, so a job
     does both at once (its first Spark call waits for whatever is left)."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-session")
-    future = pool.submit(build_session, app_name)
-    pool.shutdown(wait=False)
+    future = _in_background("ferry-session", build_session, app_name)
 
     def wait() -> SparkSession:
         spark = future.result()
@@ -101,14 +102,20 @@ def cache_in_background(df: DataFrame) -> Callable[[], None]:
         _describe(df.sparkSession.sparkContext, description)  # as the caller's jobs
         df.count()
 
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-cache")
-    future = pool.submit(fill)
-    pool.shutdown(wait=False)
+    future = _in_background("ferry-cache", fill)
 
     def wait() -> None:
         future.result()
 
     return wait
+
+
+def _in_background(name: str, fn: Callable[..., T], *args: object) -> Future[T]:
+    """`fn(*args)` started on a thread of its own; its future."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    future = pool.submit(fn, *args)
+    pool.shutdown(wait=False)
+    return future
 
 
 # What the Spark jobs started from now on are about (`describe_jobs`); None until said.

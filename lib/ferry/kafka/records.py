@@ -49,9 +49,12 @@ def read(
     relation), so it costs nothing more. `spark` may be a callable giving the session (e.g.
     one starting in the background): a driver read asks for it only once Kafka has been read.
     """
-    return _read(
+    df, table = _read(
         spark, cluster, ranges, columns, hash_fields, ignore_headers, to_next_record, keep
-    )[0]
+    )
+    if keep and table is None:
+        df.count()  # the Spark read runs now, once, into its cache
+    return df
 
 
 def read_with_offsets(
@@ -67,15 +70,12 @@ def read_with_offsets(
     (topic, partition, offset, and timestamp when among `columns`) of every record it holds as
     an Arrow table on the driver: a driver read's own columns (no Spark job, no rows), a Spark
     read's through `toArrow` (no Row objects: 380,000 offsets took 5 s as rows, 0.9 s so).
-    A Spark read is persisted and that `toArrow` is its one job: it reads Kafka and fills the
-    cache as it brings the offsets back (a `count` first was a second job over 640,000
-    records, about a second)."""
-    df, table = _read(spark, cluster, ranges, columns, hash_fields, ignore_headers, False, False)
+    That `toArrow` is a Spark read's one job: it reads Kafka and fills the read's cache as it
+    brings the offsets back (a `count` first was a second job over 640,000 records, about a
+    second)."""
+    df, table = _read(spark, cluster, ranges, columns, hash_fields, ignore_headers, False, True)
     wanted = ["topic", "partition", "offset", *(["timestamp"] if "timestamp" in columns else [])]
-    if table is not None:
-        return df, table.select(wanted)
-    df = df.persist(StorageLevel.MEMORY_AND_DISK)
-    return df, df.select(*wanted).toArrow()
+    return df, (table.select(wanted) if table is not None else df.select(*wanted).toArrow())
 
 
 def _read(
@@ -110,9 +110,8 @@ def _read(
         ignore_headers=ignore_headers,
         to_next_record=to_next_record,
     )
-    if keep:
+    if keep:  # persisted; the caller's first action reads it (`read`: a count)
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
-        df.count()
     return df, None
 
 

@@ -222,13 +222,15 @@ def search_destination(
         records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
         step_df = step_query(spark, anchors_df, records_df, reading, unanchored, bounds_df, cfg)
         unanchored = False
-        step_rows = collect_rows(step_df)
-        is_full: dict[tuple[str, int, int], bool] = {}
-        for row in step_rows:
-            key = (row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"])
-            if key in still_open:
-                is_full[key] = is_full.get(key, True) and bool(row["is_full_match"])
+        step_rows = [
+            ((row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"]), row)
+            for row in collect_rows(step_df)
+        ]
         if still_open:
+            is_full: dict[tuple[str, int, int], bool] = {}
+            for key, row in step_rows:
+                if key in still_open:
+                    is_full[key] = is_full.get(key, True) and bool(row["is_full_match"])
             read_so_far = pa.concat_tables(read_tables)
             read_tables = [read_so_far]
             judged = judge_slices(
@@ -239,8 +241,7 @@ def search_destination(
                 s.is_decided = state.is_decided
                 s.is_left_closed = state.is_left_closed
                 s.is_right_closed = state.is_right_closed
-        for row in step_rows:
-            key = (row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"])
+        for key, row in step_rows:
             s = still_open.get(key)
             if s is None or not s.is_open or step == MAX_STEPS:
                 rows.append({c: row[c] for c in matching.POSITION_COLUMNS})
@@ -274,7 +275,7 @@ def step_query(
     on the driver afterwards (`judge_slices`)."""
     m = cfg.matching
     return match_in_slices(
-        _only(spark, anchors_df, reading, unanchored, m.context),
+        _only(spark, anchors_df, reading, unanchored),
         _in_partitions(spark, records_df, reading),
         bounds_df,
         m.context,
@@ -288,11 +289,10 @@ def _only(
     anchors_df: DataFrame,
     slices: Mapping[tuple[str, int, int], AnchorSlice],
     unanchored: bool,
-    k: int,
 ) -> DataFrame:
     """The anchors of these slices with their slices' bounds as last read (and,
     `unanchored`, those with no anchor at all, which have no slice)."""
-    return with_slices(anchors_df, _slices_df(spark, slices, k), unanchored)
+    return with_slices(anchors_df, _slices_df(spark, slices), unanchored)
 
 
 def _in_partitions(
@@ -337,7 +337,7 @@ def _first_slice(position: int, log_start: int, log_end: int, k: int, whole: boo
 
 
 def _slices_df(
-    spark: SparkSession, slices: Mapping[tuple[str, int, int], AnchorSlice], k: int
+    spark: SparkSession, slices: Mapping[tuple[str, int, int], AnchorSlice]
 ) -> DataFrame:
     """The slices as rows, with the bounds last read."""
     rows = [
