@@ -38,6 +38,14 @@ DEFAULTS = {
     # its rows through Python) do not, so a run started two daemons, each about a second on 2
     # cores. Given to every Python worker, the two share one.
     "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
+    # A driver read's records reach Spark as an Arrow table (ferry.kafka.records). Under this
+    # size (default 48 MiB) Spark makes it a local relation, rows inside the plan, which its
+    # optimizer folds projections and filters into on the driver, row by row, for every query
+    # that uses it, and which the 2,000-group bench's 640,000 records took out of memory.
+    # Above it the batches become an RDD like any other scan: 40 groups' reads (8 MiB) took
+    # 12.4 -> 11 s, and 2,000 groups' now fit the driver (docs/benchmarks.md). Small frames
+    # (positions, plans) stay local relations.
+    "spark.sql.execution.arrow.localRelationThreshold": str(1 << 20),
 }
 # Only for local masters: Ferry's many small partitions on one machine. On a cluster Spark's
 # own defaults (200 shuffle partitions, coalesced by AQE; the UI) serve better.

@@ -50,7 +50,12 @@ def test_every_reader_setting_travels_on_the_cluster(tmp_path):
     assert cluster.consumer_conf()["isolation.level"] == "read_uncommitted"
     assert cluster.reads_on_driver(0) and not cluster.reads_on_driver(1)
     default = Cluster.from_config(load_config(None, ["source.bootstrap.servers=h"]), "source")
-    assert default.reads_on_driver(250_000) and not default.reads_on_driver(250_001)
+    assert default.reads_on_driver(1_000_000) and not default.reads_on_driver(1_000_001)
+    # records with their payloads weigh four times as much: 250,000 of them still fit
+    assert default.reads_on_driver(250_000, ["offset", "key", "value"])
+    assert not default.reads_on_driver(250_001, ["offset", "value"])
+    assert not default.reads_on_driver(250_001, ["headers"])
+    assert default.reads_on_driver(250_001, ["topic", "partition", "offset", "sha256"])
 
 
 def test_the_executors_rebuild_the_cluster_from_the_options():

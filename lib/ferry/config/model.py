@@ -83,8 +83,8 @@ class ReaderConfig:
     timeout_ms: int = 30_000  # a read (or probe) without progress for this long fails
     isolation_level: str = "read_committed"
     # a read of at most this many offsets runs on the driver (no Spark job); larger ones
-    # through the ferry-kafka data source on the executors
-    driver_max_offsets: int = 250_000
+    # through the ferry-kafka data source on the executors; reads of payloads count 4 a record
+    driver_max_offsets: int = 1_000_000
 
 
 @dataclass(frozen=True)

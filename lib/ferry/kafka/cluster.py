@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 # librdkafka reports these only to `error_cb`: the request itself just times out.
 # "SSL alert number" is a TLS alert the broker sent (it refused our certificate).
+# Reads of record payloads (decode-offsets' key and value) weigh this much more against
+# `driver_max_offsets`: the default million offsets become 250,000 records of up to ~1 KiB.
+PAYLOAD_COLUMNS = frozenset({"key", "value", "headers"})
+PAYLOAD_WEIGHT = 4
 _REFUSAL_TEXT = re.compile(r"SSL alert number")
 _BROKER_PREFIX = re.compile(r"^\S+://\S+: ")  # "sasl_ssl://127.0.0.1:9093/bootstrap: "
 _IN_STATE = re.compile(r" \(after \d+ms in state \w+\)$")
@@ -70,7 +74,7 @@ class Cluster:
     retry_s: float = 60.0  # all attempts of one admin operation
     isolation_level: str = "read_committed"  # unless `conf` sets isolation.level
     max_records_per_task: int = 50_000  # reads through Spark: offsets per task at most
-    driver_max_offsets: int = 250_000  # reads of at most this many offsets run on the driver
+    driver_max_offsets: int = 1_000_000  # reads of at most this many offsets run on the driver
     _admin: object = field(default=None, init=False, repr=False, compare=False)
     _refusals: list = field(default_factory=list, init=False, repr=False, compare=False)
 
@@ -94,9 +98,13 @@ class Cluster:
     def timeout_ms(self) -> int:
         return round(self.timeout_s * 1000)
 
-    def reads_on_driver(self, offsets: int) -> bool:
-        """Whether a read of this many offsets runs on the driver rather than through Spark."""
-        return offsets <= self.driver_max_offsets
+    def reads_on_driver(self, offsets: int, columns: Iterable[str] = ()) -> bool:
+        """Whether a read of this many offsets runs on the driver rather than through Spark.
+        A read that carries payloads (key, value or headers among `columns`) counts each
+        offset `PAYLOAD_WEIGHT` times: what the driver holds of a record is then its payload,
+        not about 70 bytes of offsets, timestamp and hash."""
+        weight = PAYLOAD_WEIGHT if PAYLOAD_COLUMNS.intersection(columns) else 1
+        return offsets * weight <= self.driver_max_offsets
 
     def admin(self):  # noqa: ANN201 - confluent_kafka type
         """One AdminClient per cluster until it fails: its futures die with it, so it must
