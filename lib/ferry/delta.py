@@ -99,13 +99,41 @@ def exists(path: str) -> bool:
     return (Path(path) / "_delta_log").is_dir()
 
 
-def read(spark: SparkSession, path: str) -> DataFrame:
-    """The whole table as a DataFrame."""
+def read(
+    spark: SparkSession, path: str, any_of: Mapping[str, Sequence[object]] | None = None
+) -> DataFrame:
+    """The table as a DataFrame: whole, or with `any_of` only the rows where some named column
+    holds one of its values (a column the table lacks matches nothing). Without delta-spark
+    the rows are filtered as the files are read, before they reach Spark: the table passes
+    through the driver."""
+    conditions = {c: list(v) for c, v in (any_of or {}).items()}
     if has_delta_jars(spark):
-        return spark.read.format("delta").load(path)
+        df = spark.read.format("delta").load(path)
+        if any_of is None:
+            return df
+        from pyspark.sql import functions as F
+
+        wanted = F.lit(False)
+        for name, values in conditions.items():
+            if name in df.columns:
+                wanted = wanted | F.col(name).isin(values)
+        return df.filter(wanted)
     from deltalake import DeltaTable
 
-    return spark.createDataFrame(DeltaTable(path).to_pyarrow_table())
+    dataset = DeltaTable(path).to_pyarrow_dataset()
+    if any_of is None:
+        return spark.createDataFrame(dataset.to_table())
+    import pyarrow.compute as pc
+
+    where = pc.scalar(False)
+    for name, values in conditions.items():
+        if name in dataset.schema.names:
+            where = where | pc.field(name).isin(values)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    # with the table's schema, an empty selection keeps its columns
+    table = dataset.to_table(filter=where)
+    return spark.createDataFrame(table, from_arrow_schema(dataset.schema))
 
 
 def read_since(

@@ -242,6 +242,7 @@ def _driver(work: Path) -> int:
     for table in ("dl", "spark"):
         path = _path(work, "ledger", table)
         step(f"commits:{table}", lambda p=path: delta.commit_metadata(spark, p, 10))
+        step(f"writes:{table}", lambda p=path: _writes(spark, p))
     save()
     return 0
 
@@ -251,6 +252,12 @@ def _dump(spark, work: Path, kind: str, table: str) -> None:  # noqa: ANN001
 
     feather.write_feather(read(spark, kind, _path(work, kind, table)).toArrow(),
                           str(work / f"read-{kind}-{table}.arrow"))  # fmt: skip
+
+
+def _writes(spark, path: str) -> list[list]:  # noqa: ANN001
+    """What a rollback reads of a ledger (`ledger.read(writes_only=True)`), as sorted lists."""
+    df = ledger.read(spark, path, writes_only=True)
+    return sorted([r.run_id, r.message, r.phase] for r in df.collect())
 
 
 def _path(work: Path, kind: str, table: str) -> str:
@@ -426,6 +433,24 @@ def test_ledger_claims_and_commit_metadata_cross_writers(interop):
                 assert meta["ferry.user"] and meta["ferry.spark_app_id"], meta
                 apps.add(meta["ferry.spark_app_id"])
         assert len(apps) == 2, apps
+
+
+def test_a_rollback_reads_the_same_writes_through_both_readers(spark, interop):
+    """`ledger.read(writes_only=True)` filters in delta-spark and as deltalake reads the files:
+    both keep the intent rows and drop the old layout's rows (no phase, not committed)."""
+    child, work = interop["spark_side"], interop["work"]
+    _no_errors(child, "writes:dl", "writes:spark")
+    for table in ("dl", "spark"):
+        path = _path(work, "ledger", table)
+        whole = read(spark, "ledger", path).collect()
+        expected = sorted(
+            [r.run_id, r.message, r.phase]
+            for r in whole
+            if r.phase in (ledger.PHASE_INTENT, ledger.PHASE_OUTCOME) or r.is_committed
+        )
+        assert expected and len(expected) < len(whole), table
+        assert child[f"writes:{table}"] == expected, table  # delta-spark
+        assert _writes(spark, path) == expected, table  # deltalake
 
 
 def test_packages_coordinate_is_the_pinned_delta_for_the_installed_spark():

@@ -309,9 +309,16 @@ def _reason(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def read(spark: SparkSession, path: str) -> DataFrame:
-    """The whole ledger; rows written before a column existed read it as null."""
-    df = delta.read(spark, path)
+def read(spark: SparkSession, path: str, writes_only: bool = False) -> DataFrame:
+    """The ledger; rows written before a column existed read it as null. `writes_only`: just
+    the rows that say what a run wrote or was about to (intents, outcomes and, in tables
+    from before phases, committed rows; see `filter_run_writes`), not the plans every run,
+    dry ones included, appends (10,000 groups: 320,000 rows a run). A rollback needs no
+    more, and a ledger of a day of scheduled dry runs does not fit in the driver."""
+    any_of = (
+        {"phase": [PHASE_INTENT, PHASE_OUTCOME], "is_committed": [True]} if writes_only else None
+    )
+    df = delta.read(spark, path, any_of)
     return df.select(
         *[
             F.col(f.name) if f.name in df.columns else F.lit(None).cast(f.dataType).alias(f.name)

@@ -326,7 +326,7 @@ def run_rollback(
 
     if not delta.exists(ledger_path):
         raise UsageError(f"no ledger at ledger.path {ledger_path}")
-    ledger_df = ledger.read(spark, ledger_path)
+    ledger_df = ledger.read(spark, ledger_path, writes_only=True)
     changed = {
         r.cluster for r in ledger.filter_run_writes(ledger_df, run_id).select("cluster").collect()
     }
