@@ -94,7 +94,7 @@ class AdminConfig:
     # a cluster that answers nothing fails sooner, after reader.timeout_ms)
     # groups written per batch (one group listing, one offsets fetch, concurrent writes, one
     # ledger commit); also the bound on the time between a group's check and its write
-    batch_groups: int = 200
+    batch_groups: int = 1000
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,12 @@ from ferry.status import GroupStatus
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
 from ferry.write.rules import DECISION_ALREADY, DECISION_FORWARD, DECISION_MIXED, forward_decision
 
-# Groups per batch: each batch costs one group listing, one fetch round, one write round, one
-# read-back round and one ledger commit; the check-to-write window grows with it.
-BATCH_GROUPS = 200
+# Groups per batch: each batch costs one group listing (every group of the cluster), one fetch
+# round, one write round, one read-back round and one ledger commit. As many requests in
+# flight as an offset fetch wave (`kafka.groups.FETCH_WAVE`): 10,000 groups' writes in 10
+# batches took 15.5 s where 50 of 200 took 20.3 s. A longer check-to-write window is no risk:
+# the broker refuses a commit without a member id to a group that is not Empty (REFUSED).
+BATCH_GROUPS = 1000
 
 
 @dataclass
