@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -99,41 +100,100 @@ def exists(path: str) -> bool:
     return (Path(path) / "_delta_log").is_dir()
 
 
+@dataclass(frozen=True)
+class Where:
+    """Rows to read: every column of `equal` holds its value, every column of `not_equal` holds
+    another (not null), and, with `any_of`, some column of it holds one of its values. A null,
+    or a column the table lacks, satisfies none of them (as in SQL)."""
+
+    equal: Mapping[str, object] = field(default_factory=dict)
+    not_equal: Mapping[str, object] = field(default_factory=dict)
+    any_of: Mapping[str, Sequence[object]] | None = None
+
+
 def read(
-    spark: SparkSession, path: str, any_of: Mapping[str, Sequence[object]] | None = None
+    spark: SparkSession,
+    path: str,
+    where: Where | None = None,
+    columns: Sequence[str] | None = None,
+    distinct: bool = False,
 ) -> DataFrame:
-    """The table as a DataFrame: whole, or with `any_of` only the rows where some named column
-    holds one of its values (a column the table lacks matches nothing). Without delta-spark
-    the rows are filtered as the files are read, before they reach Spark: the table passes
-    through the driver."""
-    conditions = {c: list(v) for c, v in (any_of or {}).items()}
+    """The table as a DataFrame: whole, or only the rows `where` selects, only `columns` (those
+    the table has), and with `distinct` each distinct row once. Without delta-spark all of it
+    is done as the files are read, before any row reaches Spark: the table passes through the
+    driver, so a large table is read only this way (the ledger's writes, not its plans)."""
     if has_delta_jars(spark):
-        df = spark.read.format("delta").load(path)
-        if any_of is None:
-            return df
         from pyspark.sql import functions as F
 
-        wanted = F.lit(False)
-        for name, values in conditions.items():
-            if name in df.columns:
-                wanted = wanted | F.col(name).isin(values)
-        return df.filter(wanted)
+        df = spark.read.format("delta").load(path)
+        if where is not None:
+            df = df.filter(_spark_condition(F, set(df.columns), where))
+        if columns is not None:
+            df = df.select(*[c for c in columns if c in df.columns])
+        return df.distinct() if distinct else df
+    import pyarrow as pa
     from deltalake import DeltaTable
-
-    dataset = DeltaTable(path).to_pyarrow_dataset()
-    if any_of is None:
-        return spark.createDataFrame(dataset.to_table())
-    import pyarrow.compute as pc
-
-    where = pc.scalar(False)
-    for name, values in conditions.items():
-        if name in dataset.schema.names:
-            where = where | pc.field(name).isin(values)
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    dataset = DeltaTable(path).to_pyarrow_dataset()
+    names = dataset.schema.names
+    kept = names if columns is None else [c for c in columns if c in names]
+    condition = None if where is None else _arrow_condition(dataset.schema, where)
+    table = dataset.to_table(columns=kept, filter=condition)
+    if distinct:
+        table = table.group_by(kept, use_threads=False).aggregate([]).select(kept)
     # with the table's schema, an empty selection keeps its columns
-    table = dataset.to_table(filter=where)
-    return spark.createDataFrame(table, from_arrow_schema(dataset.schema))
+    schema = pa.schema([dataset.schema.field(c) for c in kept])
+    return spark.createDataFrame(table.cast(schema), from_arrow_schema(schema))
+
+
+def _spark_condition(F: Any, names: set[str], where: Where) -> Any:  # noqa: ANN401, N803
+    condition = F.lit(True)
+    for name, value in where.equal.items():
+        condition = condition & (F.col(name) == F.lit(value) if name in names else F.lit(False))
+    for name, value in where.not_equal.items():
+        if name in names:
+            condition = condition & (F.col(name) != F.lit(value))
+        else:
+            condition = F.lit(False)
+    if where.any_of is not None:
+        wanted = F.lit(False)
+        for name, values in where.any_of.items():
+            if name in names:
+                wanted = wanted | F.col(name).isin(list(values))
+        condition = condition & wanted
+    return condition
+
+
+def _arrow_condition(schema: Any, where: Where) -> Any:  # noqa: ANN401 - pyarrow's types
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def column(name: str) -> Any:  # noqa: ANN401
+        # deltalake (1.6) turns a file's missing min/max into bounds of null and skips the
+        # file for any comparison of the column: delta-spark writes none for booleans, and
+        # its rows went unread. Compared through a cast, the column's bounds are not used.
+        ref = pc.field(name)
+        return ref.cast(pa.int8()) if pa.types.is_boolean(schema.field(name).type) else ref
+
+    def value_of(name: str, value: object) -> object:
+        return int(value) if isinstance(value, bool) else value  # the cast's type
+
+    names = set(schema.names)
+    condition = pc.scalar(True)
+    for name, value in where.equal.items():
+        present = name in names
+        condition &= column(name) == value_of(name, value) if present else pc.scalar(False)
+    for name, value in where.not_equal.items():
+        present = name in names
+        condition &= column(name) != value_of(name, value) if present else pc.scalar(False)
+    if where.any_of is not None:
+        wanted = pc.scalar(False)
+        for name, values in where.any_of.items():
+            if name in names:
+                wanted = wanted | column(name).isin([value_of(name, v) for v in values])
+        condition = condition & wanted
+    return condition
 
 
 def read_since(
@@ -142,34 +202,29 @@ def read_since(
     time_column: str,
     since: datetime,
     columns: Sequence[str],
-    equal: Mapping[str, object] | None = None,
-    not_equal: Mapping[str, object] | None = None,
+    where: Where | None = None,
 ) -> list[dict]:
-    """Rows whose `time_column` is at or after `since` (and whose columns equal `equal`'s
-    values and differ from `not_equal`'s), as dicts of `columns` — read on the driver, the
-    filters applied before any row becomes a dict: for small recent slices of a large table,
-    such as the ledger's open claims (not the run's own 640,000 rows)."""
-    equal, not_equal = dict(equal or {}), dict(not_equal or {})
+    """Rows whose `time_column` is at or after `since` (and that `where` selects), as dicts of
+    `columns` — read on the driver, the filters applied before any row becomes a dict: for
+    small recent slices of a large table, such as the ledger's open claims (not the run's own
+    640,000 rows)."""
+    where = where or Where()
     if has_delta_jars(spark):
         from pyspark.sql import functions as F
 
-        df = spark.read.format("delta").load(path).filter(F.col(time_column) >= F.lit(since))
-        for name, value in equal.items():
-            df = df.filter(F.col(name) == F.lit(value))
-        for name, value in not_equal.items():
-            df = df.filter(F.col(name) != F.lit(value))
-        return [r.asDict() for r in df.select(*columns).collect()]
+        df = spark.read.format("delta").load(path)
+        condition = (F.col(time_column) >= F.lit(since)) & _spark_condition(
+            F, set(df.columns), where
+        )
+        return [r.asDict() for r in df.filter(condition).select(*columns).collect()]
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     dataset = DeltaTable(path).to_pyarrow_dataset()
-    where = pc.field(time_column) >= since
-    for name, value in equal.items():
-        where &= pc.field(name) == value
-    for name, value in not_equal.items():
-        where &= pc.field(name) != value
-    present = [c for c in columns if c in dataset.schema.names]
-    table = dataset.to_table(columns=present, filter=where)
+    names = dataset.schema.names
+    condition = (pc.field(time_column) >= since) & _arrow_condition(dataset.schema, where)
+    present = [c for c in columns if c in names]
+    table = dataset.to_table(columns=present, filter=condition)
     return [{c: r.get(c) for c in columns} for r in table.to_pylist()]
 
 

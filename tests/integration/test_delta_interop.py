@@ -255,9 +255,10 @@ def _dump(spark, work: Path, kind: str, table: str) -> None:  # noqa: ANN001
 
 
 def _writes(spark, path: str) -> list[list]:  # noqa: ANN001
-    """What a rollback reads of a ledger (`ledger.read(writes_only=True)`), as sorted lists."""
-    df = ledger.read(spark, path, writes_only=True)
-    return sorted([r.run_id, r.message, r.phase] for r in df.collect())
+    """What a rollback of another run reads of other runs' writes on the cluster
+    (`ledger.read_other_writes`), as sorted lists."""
+    df = ledger.read_other_writes(spark, path, "another run", CLUSTER)
+    return sorted([r.run_id, r.group, r.phase, str(r.row_time)] for r in df.collect())
 
 
 def _path(work: Path, kind: str, table: str) -> str:
@@ -436,21 +437,25 @@ def test_ledger_claims_and_commit_metadata_cross_writers(interop):
 
 
 def test_a_rollback_reads_the_same_writes_through_both_readers(spark, interop):
-    """`ledger.read(writes_only=True)` filters in delta-spark and as deltalake reads the files:
-    both keep the intent rows and drop the old layout's rows (no phase, not committed)."""
+    """`ledger.read_other_writes` filters and keeps distinct rows in delta-spark, and as
+    deltalake reads the files: both keep the intent rows, one per run and group (a row a
+    partition in the table), and drop the old layout's rows (no phase, not committed)."""
     child, work = interop["spark_side"], interop["work"]
     _no_errors(child, "writes:dl", "writes:spark")
     for table in ("dl", "spark"):
         path = _path(work, "ledger", table)
         whole = read(spark, "ledger", path).collect()
         expected = sorted(
-            [r.run_id, r.message, r.phase]
-            for r in whole
-            if r.phase in (ledger.PHASE_INTENT, ledger.PHASE_OUTCOME) or r.is_committed
+            {
+                (r.run_id, r.group, r.phase, str(r.row_time))
+                for r in whole
+                if r.phase in (ledger.PHASE_INTENT, ledger.PHASE_OUTCOME) or r.is_committed
+            }
         )
         assert expected and len(expected) < len(whole), table
-        assert child[f"writes:{table}"] == expected, table  # delta-spark
-        assert _writes(spark, path) == expected, table  # deltalake
+        expected_lists = [list(e) for e in expected]
+        assert child[f"writes:{table}"] == expected_lists, table  # delta-spark
+        assert _writes(spark, path) == expected_lists, table  # deltalake
 
 
 def test_packages_coordinate_is_the_pinned_delta_for_the_installed_spark():

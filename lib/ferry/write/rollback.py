@@ -69,35 +69,27 @@ def _row_time() -> F.Column:
     return F.coalesce(F.col("row_time"), F.col("run_time"))
 
 
-def run_history(ledger_df: DataFrame, run_id: str, cluster: str | None) -> RunHistory:
-    """The run's rows, and what other executing runs did to its groups on `cluster`."""
-    writes = F.col("phase").isin(ledger.PHASE_INTENT, ledger.PHASE_OUTCOME) | F.col("is_committed")
-    rows = (
-        ledger_df.filter((F.col("run_id") == run_id) & writes)
-        .select(
-            "group",
-            "topic",
-            "partition",
-            "previous_offset",
-            "new_offset",
-            "phase",
-            "is_committed",
-            "status",
-            _row_time().alias("time"),
-        )  # fmt: skip
-        .collect()
-    )
-    groups_df = ledger_df.filter(F.col("run_id") == run_id).select("group").distinct()
+def run_history(own_df: DataFrame, others_df: DataFrame, run_id: str) -> RunHistory:
+    """The run's rows (`own_df`: its write rows, `ledger.read_run_writes`), and what other
+    executing runs did to its groups on its cluster (`others_df`: their write rows there,
+    `ledger.read_other_writes`, distinct rows enough)."""
+    rows = own_df.select(
+        "group",
+        "topic",
+        "partition",
+        "previous_offset",
+        "new_offset",
+        "phase",
+        "is_committed",
+        "status",
+        _row_time().alias("time"),
+    ).collect()
+    groups_df = own_df.select("group").distinct()
     announced = (F.col("phase") == ledger.PHASE_INTENT) | (
         F.col("phase").isNull() & F.col("is_committed")
     )
-    others_df = (
-        ledger_df.filter(
-            (F.col("run_id") != run_id)
-            & F.col("is_executed")
-            & (F.col("cluster") == F.lit(cluster))
-            & writes
-        )
+    summary_df = (
+        others_df.filter(F.col("run_id") != run_id)
         .join(groups_df, "group", "left_semi")
         .groupBy("run_id", "group")
         .agg(
@@ -110,7 +102,7 @@ def run_history(ledger_df: DataFrame, run_id: str, cluster: str | None) -> RunHi
     )
     others: dict[str, list[rules.GroupWriteRecord]] = {}
     rollbacks: set[str] = set()
-    for r in others_df.collect():
+    for r in summary_df.collect():
         if r.rollback_of == run_id:
             rollbacks.add(r.run_id)
         if r.time is None:
@@ -326,17 +318,19 @@ def run_rollback(
 
     if not delta.exists(ledger_path):
         raise UsageError(f"no ledger at ledger.path {ledger_path}")
-    ledger_df = ledger.read(spark, ledger_path, writes_only=True)
-    changed = {
-        r.cluster for r in ledger.filter_run_writes(ledger_df, run_id).select("cluster").collect()
-    }
+    progress(f"reading run {run_id}'s writes from the ledger")
+    own_df = ledger.read_run_writes(spark, ledger_path, run_id).persist()
+    changed = {r.cluster for r in own_df.select("cluster").distinct().collect()}
     here = cluster.conf.get("bootstrap.servers")
     if changed and changed != {here}:
         raise UsageError(
             f"run {run_id} changed {', '.join(sorted(c or '?' for c in changed))}, "
             f"not {cluster.name}"
         )
-    history = run_history(ledger_df, run_id, here)
+    others_df = ledger.read_other_writes(spark, ledger_path, run_id, here)
+    history = run_history(own_df, others_df, run_id)
+    own_df.unpersist()
+    progress(f"run {run_id}: {len(history.rows)} rows of writes")
     plan = rollback_plan(history, run_id)
     if not plan:
         raise UsageError(f"run {run_id} committed nothing in ledger {ledger_path}")
