@@ -152,10 +152,7 @@ def _spark_condition(F: Any, names: set[str], where: Where) -> Any:  # noqa: ANN
     for name, value in where.equal.items():
         condition = condition & (F.col(name) == F.lit(value) if name in names else F.lit(False))
     for name, value in where.not_equal.items():
-        if name in names:
-            condition = condition & (F.col(name) != F.lit(value))
-        else:
-            condition = F.lit(False)
+        condition = condition & (F.col(name) != F.lit(value) if name in names else F.lit(False))
     if where.any_of is not None:
         wanted = F.lit(False)
         for name, values in where.any_of.items():
