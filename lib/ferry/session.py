@@ -43,7 +43,7 @@ DEFAULTS = {
     # optimizer folds projections and filters into on the driver, row by row, for every query
     # that uses it, and which the 2,000-group bench's 640,000 records took out of memory.
     # Above it the batches become an RDD like any other scan: 40 groups' reads (8 MiB) took
-    # 12.4 -> 11 s, and 2,000 groups' now fit the driver (docs/benchmarks.md). Small frames
+    # 12.6 -> 11.4 s, and 2,000 groups' now fit the driver (docs/benchmarks.md). Small frames
     # (positions, plans) stay local relations.
     "spark.sql.execution.arrow.localRelationThreshold": str(1 << 20),
 }
