@@ -173,22 +173,20 @@ def _arrow_condition(schema: Any, where: Where) -> Any:  # noqa: ANN401 - pyarro
         ref = pc.field(name)
         return ref.cast(pa.int8()) if pa.types.is_boolean(schema.field(name).type) else ref
 
-    def value_of(name: str, value: object) -> object:
+    def value_of(value: object) -> object:
         return int(value) if isinstance(value, bool) else value  # the cast's type
 
     names = set(schema.names)
     condition = pc.scalar(True)
     for name, value in where.equal.items():
-        present = name in names
-        condition &= column(name) == value_of(name, value) if present else pc.scalar(False)
+        condition &= column(name) == value_of(value) if name in names else pc.scalar(False)
     for name, value in where.not_equal.items():
-        present = name in names
-        condition &= column(name) != value_of(name, value) if present else pc.scalar(False)
+        condition &= column(name) != value_of(value) if name in names else pc.scalar(False)
     if where.any_of is not None:
         wanted = pc.scalar(False)
         for name, values in where.any_of.items():
             if name in names:
-                wanted = wanted | column(name).isin([value_of(name, v) for v in values])
+                wanted = wanted | column(name).isin([value_of(v) for v in values])
         condition = condition & wanted
     return condition
 

@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from ferry.config import FerryConfig
 
 
-# librdkafka reports these only to `error_cb`: the request itself just times out.
-# "SSL alert number" is a TLS alert the broker sent (it refused our certificate).
 # Reads of record payloads (decode-offsets' key and value) weigh this much more against
 # `driver_max_offsets`: the default million offsets become 250,000 records of up to ~1 KiB.
 PAYLOAD_COLUMNS = frozenset({"key", "value", "headers"})
 PAYLOAD_WEIGHT = 4
+# librdkafka reports these only to `error_cb`: the request itself just times out.
+# "SSL alert number" is a TLS alert the broker sent (it refused our certificate).
 _REFUSAL_TEXT = re.compile(r"SSL alert number")
 _BROKER_PREFIX = re.compile(r"^\S+://\S+: ")  # "sasl_ssl://127.0.0.1:9093/bootstrap: "
 _IN_STATE = re.compile(r" \(after \d+ms in state \w+\)$")

@@ -194,9 +194,9 @@ def with_candidates(
     fetch their anchor's context (2,000 groups: 640,000 records, 239 MiB, were shuffled to
     meet 60,000 anchors)."""
     a = anchors_df.filter(F.col("anchor_kind") != "none")
-    where = ["slice_start", "slice_end"] if within_slices else []
+    bounds = ["slice_start", "slice_end"] if within_slices else []
     wanted = a.select(
-        *ANCHOR_KEYS, "dst_topic", "dst_partition", "anchor_sha256", "anchor_timestamp_ms", *where
+        *ANCHOR_KEYS, "dst_topic", "dst_partition", "anchor_sha256", "anchor_timestamp_ms", *bounds
     )
     d = _renamed(
         dst_context_df,

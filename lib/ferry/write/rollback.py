@@ -89,8 +89,7 @@ def run_history(own_df: DataFrame, others_df: DataFrame, run_id: str) -> RunHist
         F.col("phase").isNull() & F.col("is_committed")
     )
     summary_df = (
-        others_df.filter(F.col("run_id") != run_id)
-        .join(groups_df, "group", "left_semi")
+        others_df.join(groups_df, "group", "left_semi")
         .groupBy("run_id", "group")
         .agg(
             F.min(F.when(announced, _row_time())).alias("time"),
