@@ -33,9 +33,9 @@ SHORT_DESTINATION_ADMIN_TIMEOUTS = {
 }
 
 
-def logged(mm: MirrorMaker, text: str) -> list[float]:
+def logged(mm: MirrorMaker, text: str, after: float = 0) -> list[float]:
     """The times (epoch seconds, from the log's own stamps) of MM2's log lines containing
-    `text`, in order."""
+    `text` stamped after `after`, in order."""
     out = []
     try:
         lines = mm.log_path.read_text(errors="replace").splitlines()
@@ -45,7 +45,7 @@ def logged(mm: MirrorMaker, text: str) -> list[float]:
         if text in line and line.startswith("["):
             stamp = line[1 : line.index("]")]
             out.append(dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp())
-    return out
+    return [t for t in out if t > after]
 
 
 def wait_logged(
@@ -56,7 +56,7 @@ def wait_logged(
     deadline = time.monotonic() + timeout_s
     while True:
         mm._check()
-        times = [t for t in logged(mm, text) if t > after]
+        times = logged(mm, text, after)
         if len(times) >= count:
             return times
         if time.monotonic() > deadline:
@@ -69,7 +69,7 @@ def wait_logged(
 
 def sync_runs(mm: MirrorMaker, after: float = 0) -> int:
     """How many group syncs (refresh, then sync) MM2 has run since `after` (epoch seconds)."""
-    return len([t for t in logged(mm, f"{SYNC_STEP} took") if t > after])
+    return len(logged(mm, f"{SYNC_STEP} took", after))
 
 
 def fail_next_group_describe(
