@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from ferry.session import has_delta_jars
+from ferry.session import arrow_df, has_delta_jars
 
 
 def writer_name(spark: SparkSession) -> str:
@@ -144,7 +144,7 @@ def read(
         table = table.group_by(kept, use_threads=False).aggregate([]).select(kept)
     # with the table's schema, an empty selection keeps its columns
     schema = pa.schema([dataset.schema.field(c) for c in kept])
-    return spark.createDataFrame(table.cast(schema), from_arrow_schema(schema))
+    return arrow_df(spark, table.cast(schema), from_arrow_schema(schema))
 
 
 def _spark_condition(F: Any, names: set[str], where: Where) -> Any:  # noqa: ANN401, N803

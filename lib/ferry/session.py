@@ -222,13 +222,30 @@ def session_of(spark: SparkOrLater) -> SparkSession:
 def local_df(spark: SparkSession, rows: Sequence[tuple], schema: StructType) -> DataFrame:
     """Driver rows as a DataFrame, sent to the JVM as Arrow: a list of tuples would go through
     pickling and, on its first use in a run, start Python workers (about a second)."""
+    return arrow_df(spark, local_table(rows, schema), schema)
+
+
+def arrow_df(spark: SparkSession, table, schema: StructType) -> DataFrame:  # noqa: ANN001
+    """An Arrow table as a DataFrame of `schema`, the one way Ferry hands the driver's Arrow
+    to Spark. Its empty record batches are dropped first: PySpark 4.2 stops reading a table at
+    its first empty batch, and the rows after it are silently lost (a concatenation of
+    per-partition tables, a dataset scan whose filter emptied a file)."""
+    import pyarrow as pa
+
+    batches = [b for b in table.to_batches() if b.num_rows]
+    # and Spark needs at least one chunk per column, even of nothing
+    kept = batches or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+    return spark.createDataFrame(pa.Table.from_batches(kept, schema=table.schema), schema)
+
+
+def local_table(rows: Sequence[tuple], schema: StructType):  # noqa: ANN201 - pyarrow
+    """Driver rows as an Arrow table of `schema`."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema)
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
-    table = pa.Table.from_arrays(
+    return pa.Table.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)],
         schema=arrow_schema,
     )
-    return spark.createDataFrame(table, schema)

@@ -106,3 +106,20 @@ def test_a_ledger_without_writes_reads_empty_with_its_columns(spark, tmp_path):
     ):
         assert df.count() == 0
         assert len(df.columns) > 5
+
+
+def test_a_run_s_writes_come_whole_when_a_file_between_them_holds_none(spark, tmp_path):
+    """A file between a run's intents and its outcomes that the scan must open (its run ids
+    span this one's: two runs' rows, as after an OPTIMIZE) and that holds none of its rows
+    gives an empty batch; PySpark stopped reading a table at an empty batch, and the outcomes
+    after it were lost to the rollback (`session.arrow_df`)."""
+    path = str(tmp_path / "ledger")
+    schema = ledger.LEDGER_SCHEMA
+    for rows in (
+        [_row("run", "g", ledger.PHASE_INTENT)],
+        [_row("alpha", "g", ledger.PHASE_INTENT), _row("zulu", "g", ledger.PHASE_INTENT)],
+        [_row("run", "g", ledger.PHASE_OUTCOME, is_committed=True)],
+    ):
+        delta.append_columns(spark, _columns(schema, rows), schema, path)
+    got = ledger.read_run_writes(spark, path, "run").collect()
+    assert sorted(r.phase for r in got) == ["intent", "outcome"]

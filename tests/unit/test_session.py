@@ -35,3 +35,17 @@ def test_the_fill_jobs_error_is_raised_by_the_wait(spark):
             wait()
     finally:
         df.unpersist()
+
+
+def test_an_arrow_table_reaches_spark_whole_past_its_empty_batches(spark):
+    """PySpark 4.2 stops reading an Arrow table at its first empty batch (a concatenation of
+    per-partition tables has them): `arrow_df` drops them first."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    empty = pa.table({"x": pa.array([], pa.int64())})
+    table = pa.concat_tables([pa.table({"x": [1, 2]}), empty, pa.table({"x": [3]}), empty])
+    schema = StructType([StructField("x", LongType())])
+    assert spark.createDataFrame(table, schema).count() == 2  # the bug this works around
+    assert sorted(r.x for r in session.arrow_df(spark, table, schema).collect()) == [1, 2, 3]
+    assert session.arrow_df(spark, pa.concat_tables([empty, empty]), schema).count() == 0
