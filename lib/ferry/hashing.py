@@ -63,3 +63,29 @@ def record_hasher(fields: Sequence[str], ignore_headers: Iterable[str] = ()):
         return h.digest()
 
     return digest
+
+
+FINGERPRINT_BYTES = 8
+
+
+def fingerprints(hashes):  # noqa: ANN001, ANN201 - pyarrow/numpy imported lazily
+    """Each record's 64-bit fingerprint, what matching's context holds: the first 8 bytes of
+    its SHA-256 as a big-endian signed integer (the hash is uniform already: its prefix is as
+    good a 64-bit hash as any). `hashes`: an Arrow binary array (or chunked array) of the
+    SHA-256s or of their first 8 bytes; a numpy int64 array back."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(hashes, pa.ChunkedArray):
+        hashes = hashes.combine_chunks() if hashes.num_chunks else pa.array([], pa.binary())
+    if hashes.null_count:
+        raise ValueError("a record without a SHA-256 has no fingerprint")
+    prefixes = pc.binary_slice(hashes, 0, FINGERPRINT_BYTES)
+    # a fresh array: its values are contiguous, FINGERPRINT_BYTES each, from its first byte
+    data = prefixes.buffers()[2]
+    if data is None or prefixes.offset or data.size < len(prefixes) * FINGERPRINT_BYTES:
+        if len(prefixes) == 0:
+            return np.empty(0, np.int64)
+        raise ValueError(f"a SHA-256 shorter than {FINGERPRINT_BYTES} bytes")
+    return np.frombuffer(data, dtype=">i8", count=len(prefixes)).astype(np.int64)

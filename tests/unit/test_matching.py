@@ -4,54 +4,64 @@ from __future__ import annotations
 
 import hashlib
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from ferry.migrate import anchors, matching
+from ferry import hashing
+from ferry.migrate import anchors, extract, matching
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
-from ferry.migrate.plan import ANCHORED_SCHEMA
-from ferry.session import local_df
+from ferry.migrate.plan import anchored_df
 
 T0 = 1_700_000_000_000
-RECORD_SCHEMA = (
-    "topic string, partition int, segment long, offset long, timestamp_ms long, sha256 binary"
-)
+RECORD_SCHEMA = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
 
 
 def h(value: str) -> bytes:
     return hashlib.sha256(value.encode()).digest()
 
 
-def fingerprints(spark, values: str) -> dict[str, int]:
-    """Each value's fingerprint as Spark computes it, by value."""
-    df = spark.createDataFrame([(v, h(v)) for v in values], "value string, sha256 binary")
-    return {
-        r.value: r.fp
-        for r in df.select("value", matching.fingerprint_of("sha256").alias("fp")).collect()
-    }
-
-
-def records(spark, topic, values, *, first_offset=0, ts=None, offsets=None, segment=0):
+def records(spark, topic, values, *, first_offset=0, ts=None, offsets=None):
     """Records with the given values; `ts` maps index -> timestamp (default T0 + 10 * index)."""
     offs = offsets or [first_offset + i for i in range(len(values))]
     rows = [
-        (topic, 0, segment, off, (ts or {}).get(i, T0 + 10 * i), h(v))
+        (topic, 0, off, (ts or {}).get(i, T0 + 10 * i), h(v))
         for i, (off, v) in enumerate(zip(offs, values, strict=True))
     ]
     return spark.createDataFrame(rows, RECORD_SCHEMA)
 
 
+def on_driver(records_df):
+    """What a read of these records brings to the driver (`extract.read_records_and_offsets`),
+    per partition (`anchors.records_by_partition`), and its read intervals: one per partition,
+    from its first record to its last."""
+    table = records_df.toArrow()
+    read = table.select(["topic", "partition", "offset", "timestamp_ms"]).append_column(
+        "fingerprint", pa.array(hashing.fingerprints(table.column("sha256")))
+    )
+    by_tp = anchors.records_by_partition(read)
+    segments = {tp: [(int(r.offsets[0]), int(r.offsets[-1]) + 1)] for tp, r in by_tp.items()}
+    return by_tp, segments
+
+
+def context_of(spark, records_df, k):
+    """Every record's context, as migrate takes it: located on the driver, cut in Spark."""
+    by_tp, segments = on_driver(records_df)
+    return extract.context_of(spark, by_tp, segments, {tp: r.offsets for tp, r in by_tp.items()}, k)
+
+
 def anchors_of(spark, positions, src_df, k):
     """The anchors of `positions` (POSITIONS_SCHEMA tuples) among `src_df`'s records, as
-    migrate finds them: chosen on the driver (`anchors.nearest_records`), their records and
-    context joined in Spark."""
-    read = anchors.records_by_partition(
-        src_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()
-    )
-    nearest = anchors.nearest_records([(t, p, c) for t, p, c, *_ in positions], read)
+    migrate finds them: chosen and located on the driver (`anchors.nearest_records`,
+    `plan.anchored_df`), their hashes and context joined in Spark."""
+    by_tp, segments = on_driver(src_df)
+    nearest = anchors.nearest_records([(t, p, c) for t, p, c, *_ in positions], by_tp)
     rows = [(*row, *nearest[row[:3]][:3]) for row in positions]
     return matching.with_anchor_records(
-        local_df(spark, rows, ANCHORED_SCHEMA), matching.with_context(src_df, k)
+        anchored_df(spark, rows, by_tp, segments),
+        src_df,
+        extract.fingerprints_df(spark, by_tp, by_tp.keys()),
+        k,
     )
 
 
@@ -67,7 +77,7 @@ def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, ds
     )
     anchors_df = anchors_of(spark, positions, src_df, k)
     candidates_df = matching.with_candidates(
-        anchors_df, matching.with_context(dst_df, k), before, after
+        anchors_df, dst_df, context_of(spark, dst_df, k), before, after
     )
     resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, after)
     by_offset = {r.committed_offset: r.asDict() for r in resolved_df.collect()}
@@ -75,37 +85,44 @@ def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, ds
     return {g: {"group": g, **by_offset[c]} for g, c in commits}
 
 
-def test_with_context_neighbours_by_position_within_segments(spark):
-    df = spark.createDataFrame(
-        [
-            ("t", 0, 0, 0, T0, h("a")),
-            ("t", 0, 0, 5, T0, h("b")),  # a gap: still b's neighbour is a
-            ("t", 0, 0, 6, T0, h("c")),
-            ("t", 0, 100, 100, T0, h("x")),  # another segment: no neighbours across
-        ],
-        RECORD_SCHEMA,
+def fingerprints(values: str) -> dict[str, int]:
+    prints = hashing.fingerprints(pa.array([h(v) for v in values])).tolist()
+    return dict(zip(values, prints, strict=True))
+
+
+def test_anchors_carry_their_hash_and_context(spark):
+    src = records(spark, "src", ["a", "b", "c", "d"])
+    out = anchors_of(spark, [("src", 0, 2, "dst", 0, 0, 4)], src, 2).first()
+    fp = fingerprints("abcd")
+    assert out.anchor_offset == 1 and bytes(out.anchor_sha256) == h("b")
+    assert out.src_before == [fp["a"]] and out.src_after == [fp["c"], fp["d"]]
+
+
+def test_with_context_cuts_the_neighbours_within_each_segment_nearest_first(spark):
+    # located on the driver: offsets 0 5 6 in one segment (a gap: 5's neighbour is 0), 100
+    # alone in another (no neighbours across), all from one partition's fingerprints
+    fp = fingerprints("abcx")
+    prints = [fp["a"], fp["b"], fp["c"], fp["x"]]
+    fingerprints_df = spark.createDataFrame(
+        [("t", 0, prints)], "topic string, partition int, fingerprints array<bigint>"
     )
-    out = {r.offset: r for r in matching.with_context(df, 2).collect()}
-    fp = fingerprints(spark, "abc")
-    assert out[6].before == [fp["b"], fp["a"]]  # nearest first
-    assert out[0].after == [fp["b"], fp["c"]]
-    assert out[5].pos == 1
-    assert out[100].before == [] and out[100].after == []
-
-
-def test_with_context_schema_is_explicit(spark):
-    df = records(spark, "t", ["a", "b"])
-    fp = fingerprints(spark, "ab")
+    index_df = spark.createDataFrame(
+        [("t", 0, 0, 0, 0, 2), ("t", 0, 5, 1, 0, 2), ("t", 0, 6, 2, 0, 2), ("t", 0, 100, 3, 3, 3)],
+        "topic string, partition int, offset long, at int, first int, last int",
+    )
     expected = spark.createDataFrame(
         [
-            ("t", 0, 0, 0, T0, h("a"), 0, [], [fp["b"]]),
-            ("t", 0, 0, 1, T0 + 10, h("b"), 1, [fp["a"]], []),
+            ("t", 0, 0, [], [fp["b"], fp["c"]]),
+            ("t", 0, 5, [fp["a"]], [fp["c"]]),
+            ("t", 0, 6, [fp["b"], fp["a"]], []),
+            ("t", 0, 100, [], []),
         ],
-        RECORD_SCHEMA + ", pos int, before array<bigint>, after array<bigint>",
+        "topic string, partition int, offset long, before array<bigint>, after array<bigint>",
     )
-    assert_df_equality(
-        matching.with_context(df, 3), expected, ignore_row_order=True, ignore_nullable=True
-    )
+    got = matching.with_context(index_df, fingerprints_df, 2)
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    none = matching.with_context(index_df, fingerprints_df, 0).collect()
+    assert [(r.before, r.after) for r in none] == [([], [])] * 4  # k = 0
 
 
 def test_shifted_offsets_match_plus_one(spark):

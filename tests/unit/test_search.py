@@ -8,7 +8,7 @@ from ferry.migrate import lookups, search, slices
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.ranges import RangeBook
 
-from .test_matching import T0, anchors_of, records
+from .test_matching import T0, anchors_of, context_of, records
 
 K = 2
 
@@ -39,7 +39,12 @@ def state_of(
         [("dst", 0, 0, len(dst_values), T0 + 10**9)], DST_BOUNDS_SCHEMA
     )
     row = slices.match_in_slices(
-        slices.with_slices(anchors_df, slices_df), dst_df, bounds_df, K, before, after
+        slices.with_slices(anchors_df, slices_df),
+        dst_df,
+        context_of(spark, dst_df, K),
+        bounds_df,
+        before,
+        after,
     ).first()
     read = dst_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()
     state = slices.judge_slices(read, {key: s}, {key: row.is_full_match}, K, before, after)[key]

@@ -17,11 +17,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ferry.keys import TopicPartitionKey
 
 Position = tuple[str, int, int]  # source topic, partition, committed offset
+
+
+class PartitionRecords(NamedTuple):
+    """The records read of one partition, in offset order, as numpy arrays."""
+
+    offsets: Any
+    timestamps: Any
+    fingerprints: Any = None  # when the read brought them (`ferry.hashing.fingerprints`)
 
 
 class Anchor(NamedTuple):
@@ -34,9 +42,9 @@ class Anchor(NamedTuple):
 NO_ANCHOR = Anchor("none", None, None)
 
 
-def records_by_partition(read):  # noqa: ANN001, ANN201 - pyarrow/numpy imported lazily
-    """An Arrow table of (topic, partition, offset, timestamp_ms) as, per partition, its
-    offsets in order and their timestamps (numpy arrays)."""
+def records_by_partition(read) -> dict[TopicPartitionKey, PartitionRecords]:  # noqa: ANN001
+    """An Arrow table of (topic, partition, offset, timestamp_ms, and maybe fingerprint) as,
+    per partition, its offsets in order, their timestamps and fingerprints."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -49,12 +57,15 @@ def records_by_partition(read):  # noqa: ANN001, ANN201 - pyarrow/numpy imported
     partitions = table.column("partition").to_numpy()
     offsets = table.column("offset").to_numpy()
     stamps = table.column("timestamp_ms").to_numpy()
+    prints = table.column("fingerprint").to_numpy() if "fingerprint" in table.column_names else None
     is_new = (topic_ids[1:] != topic_ids[:-1]) | (partitions[1:] != partitions[:-1])
     starts = np.flatnonzero(np.concatenate(([True], is_new)))
     ends = np.append(starts[1:], len(offsets))
     names = topics.dictionary.to_pylist()
     return {
-        (names[topic_ids[s]], int(partitions[s])): (offsets[s:e], stamps[s:e])
+        (names[topic_ids[s]], int(partitions[s])): PartitionRecords(
+            offsets[s:e], stamps[s:e], None if prints is None else prints[s:e]
+        )
         for s, e in zip(starts, ends, strict=True)
     }
 
@@ -72,7 +83,7 @@ def nearest_records(positions: Iterable[Position], records: Mapping) -> dict[Pos
         if (t, p) not in records:
             out.update({(t, p, c): NO_ANCHOR for c in committed})
             continue
-        offsets, stamps = records[(t, p)]
+        offsets, stamps, _ = records[(t, p)]
         at = np.searchsorted(offsets, np.asarray(committed, dtype=offsets.dtype), side="left")
         for c, i in zip(committed, at.tolist(), strict=True):
             if i > 0:

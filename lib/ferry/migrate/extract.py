@@ -1,6 +1,7 @@
 """Extract: read the source around every committed offset and the destination around every
-anchor's timestamp, each range once, as DataFrames of
-(topic, partition, segment, offset, timestamp_ms, sha256).
+anchor's timestamp, each range once, as DataFrames of (topic, partition, offset, timestamp_ms,
+sha256), and each record's offset, timestamp and fingerprint on the driver, where its context
+is taken (`ferry.migrate.context`).
 
 How far to read: a source partition is read from `2 × (context + 1)` offsets before each
 committed offset C to `context + 1` after it; when that holds fewer than `context + 1`
@@ -16,10 +17,12 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
@@ -33,13 +36,12 @@ from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange
 from ferry.keys import TopicPartitionKey
-from ferry.migrate import anchors
+from ferry.migrate import anchors, context, matching
 from ferry.migrate.discover import Discovery
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
-from ferry.session import SparkOrLater, session_of
+from ferry.session import SparkOrLater, arrow_df, session_of
 
 READ_COLUMNS = ["topic", "partition", "offset", "timestamp"]  # what matching reads, and sha256
-RECORD_COLUMNS = ["topic", "partition", "segment", "offset", "timestamp_ms", "sha256"]
 MAX_LOOKBACK_ROUNDS = 8
 
 DST_BOUNDS_SCHEMA = StructType(
@@ -71,14 +73,18 @@ def read_records(
     """Read ranges now, once: every later stage reuses these rows. Small reads run on the
     driver, large ones through Spark (`ferry.kafka.read`); the cluster carries the reader
     settings."""
-    return read_records_and_offsets(spark, cluster, ranges, cfg)[0]
+    return read_records_and_offsets(spark, cluster, ranges, cfg, fingerprints=False)[0]
 
 
 def read_records_and_offsets(
-    spark: SparkOrLater, cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig
-):  # noqa: ANN201 - (DataFrame, Arrow table of topic, partition, offset, timestamp_ms)
-    """`read_records`, and the offsets and timestamps of the records read, on the driver as
-    Arrow."""
+    spark: SparkOrLater,
+    cluster: Cluster,
+    ranges: Sequence[OffsetRange],
+    cfg: FerryConfig,
+    fingerprints: bool = True,
+):  # noqa: ANN201 - (DataFrame, Arrow table of topic, partition, offset, timestamp_ms, ...)
+    """`read_records`, and the offsets, timestamps and (`fingerprints`) fingerprints of the
+    records read, on the driver as Arrow."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -89,6 +95,7 @@ def read_records_and_offsets(
         columns=READ_COLUMNS,
         hash_fields=cfg.matching.hash,
         ignore_headers=cfg.matching.ignore_headers,
+        fingerprints=fingerprints,
     )
     records_df = as_records(df)
     millis = pc.divide(pc.cast(offsets.column("timestamp"), pa.int64()), 1000)
@@ -107,28 +114,6 @@ def as_records(read_df: DataFrame) -> DataFrame:
     )
 
 
-def with_segments(records_df: DataFrame, segments_df: DataFrame) -> DataFrame:
-    """Tag each record with the start of the contiguous interval it was read in."""
-    r, s = records_df, F.broadcast(segments_df)
-    joined = r.join(
-        s,
-        on=[
-            r["topic"] == s["topic"],
-            r["partition"] == s["partition"],
-            r["offset"] >= s["seg_start"],
-            r["offset"] < s["seg_end"],
-        ],
-    )
-    return joined.select(
-        r["topic"],
-        r["partition"],
-        s["seg_start"].alias("segment"),
-        r["offset"],
-        r["timestamp_ms"],
-        r["sha256"],
-    )
-
-
 def extract_source_records(
     spark: SparkOrLater,
     src: Cluster,
@@ -136,11 +121,12 @@ def extract_source_records(
     disc: Discovery,
     cfg: FerryConfig,
     progress: Callable[[str], None],
-):  # noqa: ANN201 - (DataFrame, records read per partition)
+):  # noqa: ANN201 - (DataFrame, records read per partition, intervals read per partition)
     """Read the source around every committed offset (positions: topic, partition, offset),
-    looking further back where needed: the records, and on the driver, per partition, the
-    offsets and timestamps of the records read (`anchors.records_by_partition`), which
-    `ferry.migrate.anchors` picks from."""
+    looking further back where needed: the records; on the driver, per partition, the
+    offsets, timestamps and fingerprints of the records read (`anchors.records_by_partition`),
+    which `ferry.migrate.anchors` and `ferry.migrate.context` pick from; and the intervals
+    read (the context's segments)."""
     import pyarrow as pa
 
     k = cfg.matching.context
@@ -164,14 +150,54 @@ def extract_source_records(
             read = anchors.records_by_partition(
                 pa.concat_tables(tables, promote_options="permissive")
             )
-        offsets_read = {tp: offsets.tolist() for tp, (offsets, _) in read.items()}
+        offsets_read = {tp: records.offsets.tolist() for tp, records in read.items()}
         short = short_of_context(offsets_read, pending, disc.source_bounds, k, lookback)
         if not short:
             break
         pending = short
         lookback *= 4
     spark = session_of(spark)  # read on the driver while it was starting, if small
-    return with_segments(union_records(spark, parts), book.segments_df(spark)), read
+    return union_records(spark, parts), read, book.read
+
+
+INDEX_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("offset", LongType(), False),
+        StructField("at", IntegerType(), False),
+        StructField("first", IntegerType(), False),
+        StructField("last", IntegerType(), False),
+    ]
+)
+FINGERPRINTS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("fingerprints", ArrayType(LongType(), False), False),
+    ]
+)
+
+
+def fingerprints_df(
+    spark: SparkSession, records: Mapping, partitions: Iterable[TopicPartitionKey]
+) -> DataFrame:
+    """The fingerprints of `partitions`' records read, on the driver (`records`:
+    `anchors.records_by_partition`), as a DataFrame (`FINGERPRINTS_SCHEMA`)."""
+    return arrow_df(spark, context.fingerprint_table(records, partitions), FINGERPRINTS_SCHEMA)
+
+
+def context_of(
+    spark: SparkSession,
+    records: Mapping,
+    segments: Mapping[TopicPartitionKey, Sequence[tuple[int, int]]],
+    wanted: Mapping[TopicPartitionKey, Any],
+    k: int,
+) -> DataFrame:
+    """The context of the `wanted` records (per partition, offsets read), located on the
+    driver (`ferry.migrate.context`) and cut in Spark (`matching.with_context`)."""
+    index_df = arrow_df(spark, context.index_table(records, segments, wanted), INDEX_SCHEMA)
+    return matching.with_context(index_df, fingerprints_df(spark, records, wanted), k)
 
 
 def collect_rows(df: DataFrame) -> list[dict]:

@@ -71,7 +71,8 @@ def verify_first(
     by_tp = anchors.records_by_partition(read) if read is not None else {}
     wrong = set()
     for key, s in slices.items():
-        offsets, stamps = by_tp.get(key[:2], (np.empty(0, np.int64), np.empty(0, np.int64)))
+        none = anchors.PartitionRecords(np.empty(0, np.int64), np.empty(0, np.int64))
+        offsets, stamps, _ = by_tp.get(key[:2], none)
         i = int(np.searchsorted(offsets, s.position))
         # the slice's own range was read whole: a record of it at or after P is in the table
         end = s.read_bounds[1] if s.read_bounds else s.position

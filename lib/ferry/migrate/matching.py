@@ -6,21 +6,19 @@ not on group partitions: ten thousand groups committed on the same partitions sh
 thousand positions, and each is matched once (`ferry.migrate.model` gives every group
 partition its position's result afterwards, on the driver):
 
-1. `with_context` gives every record its neighbours' fingerprints (k before, k after, nearest
-   first) within the contiguous range it was read in. Neighbour means the adjacent row in
-   offset order, never offset ± 1: compaction and transaction markers leave gaps, and they
-   differ between clusters. A fingerprint is a 64-bit hash of the record's SHA-256: the
-   context arrays are a quarter of the hashes' size (2k of them for every record read, both
-   clusters), and a neighbour taken for another needs two records' fingerprints to collide,
-   about 1 in 10^19 a comparison. The anchor and its candidates are joined on the whole
-   SHA-256.
+1. `with_context`: each compared record's neighbours' fingerprints (k before, k after,
+   nearest first) within the contiguous range it was read in, cut out of its partition's
+   fingerprints where the driver located it (`ferry.migrate.context`): the anchors and, on
+   the destination, the records that share an anchor's fingerprint, the only possible
+   candidates.
 2. The anchor of each committed offset C: the last source record before C ("last"), or when
    nothing precedes C the first record at or after it ("next"), or neither ("none": the
    source has nothing before or after C). It is chosen on the driver, which holds the
    offsets read (`ferry.migrate.anchors`); `with_anchor_records` adds its hash and context.
 3. `with_candidates` joins anchors to destination records with the same SHA-256 whose
-   timestamp is within [anchor − window_before_ms, anchor + window_after_ms], and scores each
-   by the length of the common prefix of its neighbours and the anchor's, before and after.
+   timestamp is within [anchor − window_before_ms, anchor + window_after_ms], brings each
+   candidate's context, and scores it by the length of the common prefix of its neighbours
+   and the anchor's, before and after.
 4. `resolve` keeps the candidate with the longest matching context before, then after; a tie
    at the top is AMBIGUOUS. MATCHED commits candidate + 1 (the record after the last consumed
    one); MATCHED_NEXT commits the candidate itself; EMPTY commits the destination's log end.
@@ -61,6 +59,16 @@ COMMITTED_COLUMNS = [
 ]
 # a position with its anchor, chosen on the driver (`ferry.migrate.anchors`)
 ANCHORED_COLUMNS = [*COMMITTED_COLUMNS, "anchor_kind", "anchor_offset", "anchor_timestamp_ms"]
+# a position with its anchor's hash and context (`with_anchor_records`)
+ANCHORS_COLUMNS = [
+    *COMMITTED_COLUMNS,
+    "anchor_kind",
+    "anchor_offset",
+    "anchor_timestamp_ms",
+    "anchor_sha256",
+    "src_before",
+    "src_after",
+]
 # matching's result per position (`resolve`)
 POSITION_COLUMNS = [
     "src_topic",
@@ -93,63 +101,66 @@ def _empty_context() -> Column:
     return F.array().cast(ArrayType(LongType()))
 
 
-def fingerprint_of(sha256: str) -> Column:
-    """A record's 64-bit fingerprint, what its neighbours' context holds (generated code)."""
-    return F.xxhash64(sha256)
+def _cut(fingerprints: str, at: str, first: str, last: str, k: int) -> tuple[Column, Column]:
+    """A located record's context (`ferry.migrate.context.locate`: 0-based indexes into its
+    partition's fingerprints): the k before it within its segment, nearest first, and the k
+    after."""
+    i, start = F.col(at), F.greatest(F.col(first), F.col(at) - F.lit(k))
+    before = F.reverse(F.slice(F.col(fingerprints), start + 1, i - start))
+    after = F.slice(F.col(fingerprints), i + 2, F.least(F.col(last), i + F.lit(k)) - i)
+    return before, after
 
 
-def with_context(records_df: DataFrame, k: int) -> DataFrame:
-    """Add pos, before (the k preceding records' fingerprints, nearest first) and after (the k
-    following)."""
-    ordered = Window.partitionBy("topic", "partition", "segment").orderBy("offset")
-    if k > 0:
-        fingerprint = fingerprint_of("sha256")
-        before = F.reverse(F.collect_list(fingerprint).over(ordered.rowsBetween(-k, -1)))
-        after = F.collect_list(fingerprint).over(ordered.rowsBetween(1, k))
-    else:
-        before, after = _empty_context(), _empty_context()
-    return records_df.select(
-        "topic",
-        "partition",
-        "segment",
-        "offset",
-        "timestamp_ms",
-        "sha256",
-        (F.row_number().over(ordered) - 1).alias("pos"),
-        before.alias("before"),
-        after.alias("after"),
+def with_context(index_df: DataFrame, fingerprints_df: DataFrame, k: int) -> DataFrame:
+    """Located records (`ferry.migrate.context.INDEX_FIELDS`) with their context, before and
+    after, cut out of their partitions' fingerprints (`FINGERPRINT_FIELDS`, a broadcast: a
+    partition's fingerprints are 8 bytes a record read; they are cut in the join's own
+    projection, never copied whole into a row)."""
+    joined = index_df.join(F.broadcast(fingerprints_df), ["topic", "partition"])
+    before, after = _cut("fingerprints", "at", "first", "last", k)
+    return joined.select(
+        "topic", "partition", "offset", before.alias("before"), after.alias("after")
     )
 
 
-def with_anchor_records(anchors_df: DataFrame, src_context_df: DataFrame) -> DataFrame:
-    """One row per position with its anchor record's hash and context.
+def with_anchor_records(
+    anchors_df: DataFrame, src_records_df: DataFrame, src_fingerprints_df: DataFrame, k: int
+) -> DataFrame:
+    """One row per position with its anchor record's hash and context (`ANCHORS_COLUMNS`).
 
-    `anchors_df`: `ANCHORED_COLUMNS`, the anchor chosen on the driver (`ferry.migrate.anchors`:
-    kind, offset and timestamp). The anchors' records are picked out of the source records by
-    a broadcast join: positions are few beside records, and the records with their context
-    arrays are never shuffled or sorted again."""
-    a = anchors_df.select(*ANCHORED_COLUMNS)
+    `anchors_df`: `ANCHORED_COLUMNS` and src_at, src_first, src_last — the anchor, chosen and
+    located on the driver (`ferry.migrate.anchors`, `ferry.migrate.context`; null for none).
+    Its context is cut out of the source fingerprints (`with_context`), its hash picked out
+    of the source records by a broadcast join: positions are few beside records."""
+    located = anchors_df.join(
+        F.broadcast(
+            _renamed(
+                src_fingerprints_df,
+                topic="src_topic",
+                partition="src_partition",
+                fingerprints="src_fingerprints",
+            )
+        ),
+        ["src_topic", "src_partition"],
+        "left",
+    )
+    before, after = _cut("src_fingerprints", "src_at", "src_first", "src_last", k)
+    a = located.select(
+        *ANCHORED_COLUMNS,
+        F.coalesce(before, _empty_context()).alias("src_before"),
+        F.coalesce(after, _empty_context()).alias("src_after"),
+    )
     r = _renamed(
-        src_context_df,
+        src_records_df,
         topic="src_topic",
         partition="src_partition",
         offset="anchor_offset",
         sha256="anchor_sha256",
-        before="src_before",
-        after="src_after",
     )
     keys = ["src_topic", "src_partition", "anchor_offset"]
-    wanted = a.filter(F.col("anchor_kind") != "none").select(*keys).distinct()
+    wanted = anchors_df.filter(F.col("anchor_kind") != "none").select(*keys).distinct()
     picked = r.join(F.broadcast(wanted), keys)
-    return a.join(picked, keys, "left").select(
-        *COMMITTED_COLUMNS,
-        "anchor_kind",
-        "anchor_offset",
-        "anchor_timestamp_ms",
-        "anchor_sha256",
-        F.coalesce("src_before", _empty_context()).alias("src_before"),
-        F.coalesce("src_after", _empty_context()).alias("src_after"),
-    )
+    return a.join(picked, keys, "left").select(*ANCHORS_COLUMNS)
 
 
 def _renamed(df: DataFrame, **names: str) -> DataFrame:
@@ -178,6 +189,7 @@ def _common_prefix(a: str, b: str) -> Column:
 
 def with_candidates(
     anchors_df: DataFrame,
+    dst_records_df: DataFrame,
     dst_context_df: DataFrame,
     window_before_ms: int,
     window_after_ms: int,
@@ -186,28 +198,24 @@ def with_candidates(
     """One row per anchor × destination record with the anchor's hash inside the window;
     `within_slices`: and inside the anchor's own slice, [slice_start, slice_end), columns
     `anchors_df` carries (`ferry.migrate.slices.with_slices`) — a condition of the same join,
-    not another join.
+    not another join. `dst_context_df` (`with_context`'s rows): the context
+    of at least every destination record that can be a candidate.
 
-    The destination's records, each with its context (two arrays), are the large side: they
-    meet the anchors' narrow columns (positions, few beside records) in a broadcast join, so
-    they are never shuffled again after their context window; only the candidates found then
-    fetch their anchor's context (2,000 groups: 640,000 records, 239 MiB, were shuffled to
-    meet 60,000 anchors)."""
+    The destination's records are the large side: they meet the anchors' narrow columns
+    (positions, few beside records) in a broadcast join and are never shuffled; only the
+    candidates found then fetch their context and their anchor's."""
     a = anchors_df.filter(F.col("anchor_kind") != "none")
     bounds = ["slice_start", "slice_end"] if within_slices else []
     wanted = a.select(
         *ANCHOR_KEYS, "dst_topic", "dst_partition", "anchor_sha256", "anchor_timestamp_ms", *bounds
     )
     d = _renamed(
-        dst_context_df,
+        dst_records_df,
         topic="d_topic",
         partition="d_partition",
         offset="candidate_offset",
-        pos="candidate_pos",
         timestamp_ms="d_timestamp_ms",
         sha256="d_sha256",
-        before="d_before",
-        after="d_after",
     )
     w = F.broadcast(wanted)
     on = (
@@ -220,12 +228,21 @@ def with_candidates(
     if within_slices:
         on = on & (d.candidate_offset >= w.slice_start) & (d.candidate_offset < w.slice_end)
     pairs = d.join(w, on).select(
-        *ANCHOR_KEYS, "candidate_offset", "candidate_pos", "d_timestamp_ms", "d_before", "d_after"
+        *ANCHOR_KEYS, "dst_topic", "dst_partition", "candidate_offset", "d_timestamp_ms"
     )
-    return pairs.join(a.select(*ANCHOR_KEYS, "src_before", "src_after"), ANCHOR_KEYS).select(
+    c = _renamed(
+        dst_context_df,
+        topic="dst_topic",
+        partition="dst_partition",
+        offset="candidate_offset",
+        before="d_before",
+        after="d_after",
+    )
+    with_context = pairs.join(c, ["dst_topic", "dst_partition", "candidate_offset"])
+    anchors_context = a.select(*ANCHOR_KEYS, "src_before", "src_after")
+    return with_context.join(anchors_context, ANCHOR_KEYS).select(
         *ANCHOR_KEYS,
         "candidate_offset",
-        "candidate_pos",
         F.col("d_timestamp_ms").alias("candidate_timestamp_ms"),
         _common_prefix("src_before", "d_before").alias("match_before"),
         _common_prefix("src_after", "d_after").alias("match_after"),

@@ -10,28 +10,43 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from pyspark.sql import SparkSession
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors, matching, search
+from ferry.migrate.context import fingerprints_at, locate_each, with_fingerprint_in
 from ferry.migrate.discover import Discovery, discover, exact_partitions
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
     collect_rows,
+    context_of,
     destination_last_timestamps,
     destination_windows,
     extract_source_records,
-    read_records,
+    fingerprints_df,
     read_records_and_offsets,
     window_offsets,
-    with_segments,
 )
 from ferry.migrate.model import Plan, Position, row_order
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
-from ferry.session import SparkOrLater, cache_in_background, local_df, session_of
+from ferry.session import (
+    SparkOrLater,
+    arrow_df,
+    cache_in_background,
+    local_df,
+    local_table,
+    session_of,
+)
 from ferry.status import GroupStatus, PartitionStatus
 
 __all__ = ["Plan", "build_plan", "replan_pending", "row_order"]
@@ -58,6 +73,32 @@ ANCHORED_SCHEMA = StructType(
         StructField("anchor_timestamp_ms", LongType(), True),
     ]
 )
+# and where the anchor is among the records read (`ferry.migrate.context.locate`)
+ANCHORED_LOCATED_SCHEMA = StructType(
+    [
+        *ANCHORED_SCHEMA.fields,
+        StructField("src_at", IntegerType(), True),
+        StructField("src_first", IntegerType(), True),
+        StructField("src_last", IntegerType(), True),
+    ]
+)
+
+
+def anchored_df(
+    spark: SparkSession,
+    rows: list[tuple],
+    records: dict[TopicPartitionKey, anchors.PartitionRecords],
+    segments: dict[TopicPartitionKey, list[tuple[int, int]]],
+) -> DataFrame:
+    """Positions with their anchors (`ANCHORED_SCHEMA` rows), each anchor located among the
+    source records read (`anchors.records_by_partition`, the intervals read), as a DataFrame
+    (`ANCHORED_LOCATED_SCHEMA`)."""
+    keys = [((r[0], r[1]), r[8] if r[7] != "none" else None) for r in rows]
+    table = local_table(rows, ANCHORED_SCHEMA)
+    for name, column in zip(("src_at", "src_first", "src_last"),
+                            locate_each(records, segments, keys), strict=True):  # fmt: skip
+        table = table.append_column(name, column)
+    return arrow_df(spark, table, ANCHORED_LOCATED_SCHEMA)
 
 
 def build_plan(
@@ -110,7 +151,9 @@ def match_positions(
     """Matching's row for each position (`matching.POSITION_COLUMNS`)."""
     k = cfg.matching.context
     progress(f"matching {len(wanted)} distinct committed positions")
-    src_records_df, read = extract_source_records(spark, src, wanted, disc, cfg, progress)
+    src_records_df, read, src_segments = extract_source_records(
+        spark, src, wanted, disc, cfg, progress
+    )
     spark = session_of(spark)
     nearest = anchors.nearest_records(wanted, read)
     rows = []
@@ -126,8 +169,13 @@ def match_positions(
             key = (dst_topic, partition, anchor.timestamp_ms)
             context[key] = min(context.get(key, k), anchor.records_before)
     anchors_df = matching.with_anchor_records(
-        local_df(spark, rows, ANCHORED_SCHEMA), matching.with_context(src_records_df, k)
+        anchored_df(spark, rows, read, src_segments),
+        src_records_df,
+        fingerprints_df(spark, read, {(r[0], r[1]) for r in rows if r[7] != "none"}),
+        k,
     )
+    # the destination records that may be candidates share an anchor's fingerprint
+    anchor_prints = fingerprints_at(read, [((r[0], r[1]), r[8]) for r in rows if r[7] != "none"])
     # cached while the destination is looked up and read: each search step joins it
     anchors_cached = cache_in_background(anchors_df)
     slice_keys = sorted(context)
@@ -139,13 +187,14 @@ def match_positions(
         DST_BOUNDS_SCHEMA,
     )
     if cfg.matching.search == "full":
-        resolved = _match_windows(spark, dst, anchors_df, slice_keys, dst_bounds, bounds_df, cfg,
-                                  progress)  # fmt: skip
+        resolved = _match_windows(spark, dst, anchors_df, anchor_prints, slice_keys, dst_bounds,
+                                  bounds_df, cfg, progress)  # fmt: skip
     else:
         found = search.search_destination(
             spark,
             dst,
             anchors_df,
+            anchor_prints,
             context,
             dst_bounds,
             bounds_df,
@@ -166,30 +215,39 @@ def match_positions(
             for row in resolved}  # fmt: skip
 
 
-def _match_windows(  # noqa: ANN202
-    spark, dst, anchors_df, slice_keys, dst_bounds, bounds_df, cfg, progress  # noqa: ANN001
-):
+def _match_windows(
+    spark: SparkSession,
+    dst: Cluster,
+    anchors_df: DataFrame,
+    anchor_prints,  # noqa: ANN001 - numpy: the anchors' fingerprints
+    slice_keys: list[tuple[str, int, int]],
+    dst_bounds: dict,
+    bounds_df: DataFrame,
+    cfg: FerryConfig,
+    progress: Callable[[str], None],
+) -> list[dict]:
     """`matching.search: full`: every anchor's whole timestamp window, read at once, and
     matching's row for each position."""
     k, m = cfg.matching.context, cfg.matching
-    anchors = [
+    positions = [
         {"dst_topic": t, "dst_partition": p, "anchor_timestamp_ms": ts} for t, p, ts in slice_keys
     ]
-    windows = destination_windows(
-        anchors, cfg.matching.window_before_ms, cfg.matching.window_after_ms
-    )
-    intervals = window_offsets(dst, windows, dst_bounds, k)
-    dst_ranges = RangeBook().new_ranges(intervals)
+    windows = destination_windows(positions, m.window_before_ms, m.window_after_ms)
+    book = RangeBook()
+    dst_ranges = book.new_ranges(window_offsets(dst, windows, dst_bounds, k))
     progress(
         f"destination: reading {len(dst_ranges)} windows "
         f"({sum(r.end - r.start for r in dst_ranges)} offsets)"
     )
-    dst_book = RangeBook(read={tp: ivs for tp, ivs in intervals.items()})
-    records_df = with_segments(
-        read_records(spark, dst, dst_ranges, cfg), dst_book.segments_df(spark)
-    )
+    records_df, read = read_records_and_offsets(spark, dst, dst_ranges, cfg)
+    records = anchors.records_by_partition(read)
+    wanted = with_fingerprint_in(records, anchor_prints, records.keys())
     candidates_df = matching.with_candidates(
-        anchors_df, matching.with_context(records_df, k), m.window_before_ms, m.window_after_ms
+        anchors_df,
+        records_df,
+        context_of(spark, records, book.read, wanted, k),
+        m.window_before_ms,
+        m.window_after_ms,
     )
     progress("matching anchors to destination records")
     return collect_rows(

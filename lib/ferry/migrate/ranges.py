@@ -1,19 +1,15 @@
 """Offset intervals: what to read around each committed offset, and a book of what has been
-read already so no interval is read twice. Pure: Spark is imported only to hand the book over
-as a DataFrame (`RangeBook.segments_df`)."""
+read already so no interval is read twice; its intervals are also the segments a record's
+context stays within (`ferry.migrate.context`). Pure: no Spark, no Kafka client."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ferry.kafka.reader import OffsetRange
 from ferry.keys import TopicPartitionKey
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 
 def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -87,21 +83,3 @@ class RangeBook:
             for s, e in merge_intervals(intervals)
             for ps, pe in subtract_intervals((s, e), have.get(tp, []))
         )
-
-    def segments_df(self, spark: SparkSession) -> DataFrame:
-        """The intervals read, one row per (topic, partition, seg_start, seg_end); Spark is
-        imported here, not at the top, so the book stays importable without it."""
-        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
-
-        from ferry.session import local_df
-
-        schema = StructType(
-            [
-                StructField("topic", StringType(), False),
-                StructField("partition", IntegerType(), False),
-                StructField("seg_start", LongType(), False),
-                StructField("seg_end", LongType(), False),
-            ]
-        )
-        rows = [(t, p, s, e) for (t, p), ivs in self.read.items() for s, e in ivs]
-        return local_df(spark, rows, schema)

@@ -47,8 +47,9 @@ from pyspark.sql import functions as F
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
-from ferry.migrate import matching
-from ferry.migrate.extract import collect_rows, union_records, with_segments
+from ferry.migrate import anchors, matching
+from ferry.migrate.context import with_fingerprint_in
+from ferry.migrate.extract import collect_rows, context_of, union_records
 from ferry.migrate.lookups import first_positions, look_up_windows, verify_first
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.slices import (
@@ -127,6 +128,7 @@ def search_destination(
     spark: SparkSession,
     dst: Cluster,
     anchors_df: DataFrame,
+    anchor_prints,  # noqa: ANN001 - numpy int64: the anchors' fingerprints
     context: Mapping[tuple[str, int, int], int],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
     bounds_df: DataFrame,
@@ -139,10 +141,13 @@ def search_destination(
 
     `context`: the anchor positions (`SLICE_KEYS`: destination topic, partition, anchor
     timestamp) of `anchors_df`'s anchors, each with the records before them a match needs
-    (the least of its anchors' source context, at most k); `bounds_df`:
+    (the least of its anchors' source context, at most k); `anchor_prints`: their anchors'
+    fingerprints (the destination records sharing one are the possible candidates, whose
+    context each step takes on the driver, `ferry.migrate.context`); `bounds_df`:
     `extract.DST_BOUNDS_SCHEMA`.
     `read(ranges)` reads offset ranges of the destination now and keeps them: a DataFrame,
-    and the (topic, partition, offset, timestamp_ms) of its records on the driver (Arrow).
+    and the (topic, partition, offset, timestamp_ms, fingerprint) of its records on the
+    driver (Arrow).
 
     Each step is one read and one Spark job, which matches every position whose slice was
     read in it; of the slices still open, the driver then tells which are decided from that
@@ -219,8 +224,14 @@ def search_destination(
         for s in reading.values():
             s.close_at_edges(k)
         still_open = {key: s for key, s in reading.items() if s.is_open}
-        records_df = with_segments(union_records(spark, parts), book.segments_df(spark))
-        step_df = step_query(spark, anchors_df, records_df, reading, unanchored, bounds_df, cfg)
+        if len(read_tables) > 1:
+            read_tables = [pa.concat_tables(read_tables)]
+        read_so_far = read_tables[0] if read_tables else None
+        step_context_df = _candidates_context(spark, read_so_far, book, anchor_prints, reading, k)
+        records_df = union_records(spark, parts)
+        step_df = step_query(
+            spark, anchors_df, records_df, step_context_df, reading, unanchored, bounds_df, cfg
+        )
         unanchored = False
         step_rows = [
             ((row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"]), row)
@@ -231,8 +242,6 @@ def search_destination(
             for key, row in step_rows:
                 if key in still_open:
                     is_full[key] = is_full.get(key, True) and bool(row["is_full_match"])
-            read_so_far = pa.concat_tables(read_tables)
-            read_tables = [read_so_far]
             judged = judge_slices(
                 read_so_far, still_open, is_full, k, m.window_before_ms, m.window_after_ms
             )
@@ -260,10 +269,26 @@ def search_destination(
     return SearchResult(rows, offsets_read, len(slices), step)
 
 
+def _candidates_context(
+    spark: SparkSession,
+    read,  # noqa: ANN001 - Arrow: every destination record read so far, or None
+    book: RangeBook,
+    anchor_prints,  # noqa: ANN001 - numpy
+    reading: Mapping[tuple[str, int, int], AnchorSlice],
+    k: int,
+) -> DataFrame:
+    """The context of the records of the slices' partitions that share an anchor's
+    fingerprint (the possible candidates), within the intervals read so far."""
+    records = anchors.records_by_partition(read) if read is not None else {}
+    wanted = with_fingerprint_in(records, anchor_prints, {(t, p) for t, p, _ in reading})
+    return context_of(spark, records, book.read, wanted, k)
+
+
 def step_query(
     spark: SparkSession,
     anchors_df: DataFrame,
     records_df: DataFrame,
+    context_df: DataFrame,
     reading: Mapping[tuple[str, int, int], AnchorSlice],
     unanchored: bool,
     bounds_df: DataFrame,
@@ -277,8 +302,8 @@ def step_query(
     return match_in_slices(
         _only(spark, anchors_df, reading, unanchored),
         _in_partitions(spark, records_df, reading),
+        context_df,
         bounds_df,
-        m.context,
         m.window_before_ms,
         m.window_after_ms,
     )
@@ -298,7 +323,7 @@ def _only(
 def _in_partitions(
     spark: SparkSession, records_df: DataFrame, slices: Mapping[tuple[str, int, int], AnchorSlice]
 ) -> DataFrame:
-    """The records of the slices' partitions (whole segments: context stays as read)."""
+    """The records of the slices' partitions."""
     rows = sorted({(t, p) for t, p, _ in slices})
     parts_df = local_df(spark, rows, SLICE_KEYS_SCHEMA[:2]).select(
         F.col("dst_topic").alias("topic"), F.col("dst_partition").alias("partition")

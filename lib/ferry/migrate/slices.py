@@ -114,17 +114,17 @@ def with_slices(anchors_df: DataFrame, slices_df: DataFrame, unanchored: bool = 
 def match_in_slices(
     anchors_df: DataFrame,
     records_df: DataFrame,
+    context_df: DataFrame,
     bounds_df: DataFrame,
-    k: int,
     window_before_ms: int,
     window_after_ms: int,
 ) -> DataFrame:
     """Matching's row for each anchor (`matching.POSITION_COLUMNS`, and is_full_match: its
     top candidate matches its whole context at its own timestamp) from the candidates inside
-    its own slice (`anchors_df` from `with_slices`)."""
-    context_df = matching.with_context(records_df, k)
+    its own slice (`anchors_df` from `with_slices`; `context_df`: the possible candidates'
+    context, `ferry.migrate.context`)."""
     candidates_df = matching.with_candidates(
-        anchors_df, context_df, window_before_ms, window_after_ms, within_slices=True
+        anchors_df, records_df, context_df, window_before_ms, window_after_ms, within_slices=True
     )
     resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, window_after_ms)
     return resolved_df.select(*matching.POSITION_COLUMNS, "is_full_match")
