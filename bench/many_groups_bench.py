@@ -212,11 +212,12 @@ def best_floor(src: Cluster, dst: Cluster, prefix: str, states: str, **kwargs: o
 
 def write_floor(dst: Cluster, groups: dict[str, Offsets], shift: int = REPLICATED_FROM) -> float:
     """Seconds a plain confluent-kafka program takes to write what `--execute` writes (every
-    group's offsets, the source's - `shift`, one request per group, all in flight) and read it
-    all back — under other group names, deleted afterwards, so that the run still finds the
-    groups to write. A burst of 10,000 requests in flight is sometimes left unanswered past
-    the client's timeout (as `best_floor`'s describes are): such a run is taken again, up to
-    three runs in all."""
+    group's offsets, the source's - `shift`, one request per group, WRITE_WAVE in flight at a
+    time, as Ferry sends them) and read it all back — under other group names, deleted
+    afterwards, so that the run still finds the groups to write. All 10,000 in flight at once
+    were sometimes left unanswered past the client's timeout, and twice librdkafka then
+    aborted on the retry (`rd_kafka_enq_once_del_source_return`). A run that times out anyway
+    is taken again on a new client, up to three runs in all."""
     from confluent_kafka import KafkaError, KafkaException
 
     for attempt in range(3):
@@ -226,7 +227,18 @@ def write_floor(dst: Cluster, groups: dict[str, Offsets], shift: int = REPLICATE
             if e.args[0].code() != KafkaError._TIMED_OUT or attempt == 2:
                 raise
             print(f"write floor run timed out, taken again: {e}", file=sys.stderr)
+            dst.renew_admin()
     raise AssertionError("unreachable")
+
+
+WRITE_WAVE = 1_000  # requests in flight at a time (`admin.batch_groups`)
+
+
+def _waves(items: list, submit) -> None:  # noqa: ANN001
+    """`submit(item)` (a future) for every item, WRITE_WAVE in flight at a time."""
+    for start in range(0, len(items), WRITE_WAVE):
+        for f in [submit(item) for item in items[start : start + WRITE_WAVE]]:
+            f.result()
 
 
 def _write_floor_once(dst: Cluster, groups: dict[str, Offsets], shift: int) -> float:
@@ -235,20 +247,13 @@ def _write_floor_once(dst: Cluster, groups: dict[str, Offsets], shift: int) -> f
     admin = dst.admin()
     names = {g: f"floor-{g}" for g in groups}
     t0 = time.monotonic()
-    futures = [
-        admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(names[g], [
-            TopicPartition(t, p, o - shift) for (t, p), o in sorted(offs.items())
-        ])])[names[g]]
-        for g, offs in groups.items()
-    ]  # fmt: skip
-    for f in futures:
-        f.result()
-    futures = [
-        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(n)])[n]
-        for n in names.values()
-    ]
-    for f in futures:
-        f.result()
+    _waves(list(groups.items()), lambda item: admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(names[item[0]], [
+            TopicPartition(t, p, o - shift) for (t, p), o in sorted(item[1].items())
+        ])]
+    )[names[item[0]]])  # fmt: skip
+    _waves(list(names.values()), lambda n: admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(n)])[n])  # fmt: skip
     seconds = time.monotonic() - t0
     from confluent_kafka import KafkaError, KafkaException
 

@@ -21,9 +21,10 @@ times the dry run of another checkout (e.g. the code before a change) on the sam
 alternating with this one, so a change is judged against the old code under the same load.
 The dry run's progress lines (where the time went) are printed after each run.
 `--execute` then commits each size once (this checkout) and sets it beside the write floor
-(`many_groups_bench.write_floor`: every group's offsets written, one request per group, all in
-flight, and read back): the issue's `--execute` acceptance is <= trivial + 2 x floor + the write
-floor; every committed offset is checked against the exact one on the destination.
+(`many_groups_bench.write_floor`: every group's offsets written, one request per group, 1,000
+in flight at a time, and read back): the issue's `--execute` acceptance is <= trivial + 2 x
+floor + the write floor; every committed offset is checked against the exact one on the
+destination.
 Exit 1 when a run fails or any plan or committed offset is not exact.
 """
 
