@@ -4,7 +4,7 @@ is closed, and which candidates count (no brokers)."""
 from __future__ import annotations
 
 from ferry.config import FerryConfig
-from ferry.migrate import lookups, search, slices
+from ferry.migrate import anchors, lookups, search, slices
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.ranges import RangeBook
 
@@ -46,7 +46,9 @@ def state_of(
         before,
         after,
     ).first()
-    read = dst_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()
+    read = anchors.records_by_partition(
+        dst_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()
+    )
     state = slices.judge_slices(read, {key: s}, {key: row.is_full_match}, K, before, after)[key]
     return state.is_decided, state.is_left_closed, state.is_right_closed
 
@@ -227,8 +229,9 @@ def test_slices_are_judged_on_their_own_partitions_records_in_any_chunking(monke
     for chunk in (1, 7, 1 << 22):
         monkeypatch.setattr(slices, "CHUNK", chunk)
         got = slices._counts_in_slices(
-            read, list(open_slices.values()), list(open_slices), K, 30, 40
-        )
+            anchors.records_by_partition(read), list(open_slices.values()), list(open_slices), K,
+            30, 40,
+        )  # fmt: skip
         assert got.tolist() == want
 
 

@@ -156,7 +156,5 @@ def read_table(
                 to_next_record=to_next_record,
             )
         )
-    schema = arrow_schema(columns)
-    # Spark needs at least one chunk per column, even of nothing.
-    empty = [pa.RecordBatch.from_pylist([], schema=schema)]
-    return pa.Table.from_batches(batches or empty, schema=schema)
+    # no batch at all is a table too: `session.arrow_df` gives Spark the chunk it needs
+    return pa.Table.from_batches(batches, schema=arrow_schema(columns))

@@ -69,9 +69,9 @@ def verify_first(
     import numpy as np
 
     by_tp = anchors.records_by_partition(read) if read is not None else {}
+    none = anchors.PartitionRecords(np.empty(0, np.int64), np.empty(0, np.int64))
     wrong = set()
     for key, s in slices.items():
-        none = anchors.PartitionRecords(np.empty(0, np.int64), np.empty(0, np.int64))
         offsets, stamps, _ = by_tp.get(key[:2], none)
         i = int(np.searchsorted(offsets, s.position))
         # the slice's own range was read whole: a record of it at or after P is in the table

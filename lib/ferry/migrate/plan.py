@@ -160,6 +160,7 @@ def match_positions(
     # where the destination search looks: each anchor's destination partition and timestamp,
     # with the context before it that its anchors need matched (the least of theirs)
     context: dict[tuple[str, int, int], int] = {}
+    anchor_records: list[tuple[TopicPartitionKey, int]] = []  # (partition, offset) of each
     for topic, partition, offset in wanted:
         start, end = disc.source_bounds[(topic, partition)]
         dst_topic = cfg.topics.destination_topic(topic)
@@ -168,14 +169,15 @@ def match_positions(
         if anchor.kind != "none":
             key = (dst_topic, partition, anchor.timestamp_ms)
             context[key] = min(context.get(key, k), anchor.records_before)
+            anchor_records.append(((topic, partition), anchor.offset))
     anchors_df = matching.with_anchor_records(
         anchored_df(spark, rows, read, src_segments),
         src_records_df,
-        fingerprints_df(spark, read, {(r[0], r[1]) for r in rows if r[7] != "none"}),
+        fingerprints_df(spark, read, {tp for tp, _ in anchor_records}),
         k,
     )
     # the destination records that may be candidates share an anchor's fingerprint
-    anchor_prints = fingerprints_at(read, [((r[0], r[1]), r[8]) for r in rows if r[7] != "none"])
+    anchor_prints = fingerprints_at(read, anchor_records)
     # cached while the destination is looked up and read: each search step joins it
     anchors_cached = cache_in_background(anchors_df)
     slice_keys = sorted(context)

@@ -48,6 +48,7 @@ from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors, matching
+from ferry.migrate.anchors import PartitionRecords
 from ferry.migrate.context import with_fingerprint_in
 from ferry.migrate.extract import collect_rows, context_of, union_records
 from ferry.migrate.lookups import first_positions, look_up_windows, verify_first
@@ -226,8 +227,9 @@ def search_destination(
         still_open = {key: s for key, s in reading.items() if s.is_open}
         if len(read_tables) > 1:
             read_tables = [pa.concat_tables(read_tables)]
-        read_so_far = read_tables[0] if read_tables else None
-        step_context_df = _candidates_context(spark, read_so_far, book, anchor_prints, reading, k)
+        # every record read so far, per partition: the candidates' context and the judging
+        records = anchors.records_by_partition(read_tables[0]) if read_tables else {}
+        step_context_df = _candidates_context(spark, records, book, anchor_prints, reading, k)
         records_df = union_records(spark, parts)
         step_df = step_query(
             spark, anchors_df, records_df, step_context_df, reading, unanchored, bounds_df, cfg
@@ -243,7 +245,7 @@ def search_destination(
                 if key in still_open:
                     is_full[key] = is_full.get(key, True) and bool(row["is_full_match"])
             judged = judge_slices(
-                read_so_far, still_open, is_full, k, m.window_before_ms, m.window_after_ms
+                records, still_open, is_full, k, m.window_before_ms, m.window_after_ms
             )
             for key, state in judged.items():
                 s = still_open[key]
@@ -271,15 +273,15 @@ def search_destination(
 
 def _candidates_context(
     spark: SparkSession,
-    read,  # noqa: ANN001 - Arrow: every destination record read so far, or None
+    records: Mapping[TopicPartitionKey, PartitionRecords],
     book: RangeBook,
     anchor_prints,  # noqa: ANN001 - numpy
     reading: Mapping[tuple[str, int, int], AnchorSlice],
     k: int,
 ) -> DataFrame:
     """The context of the records of the slices' partitions that share an anchor's
-    fingerprint (the possible candidates), within the intervals read so far."""
-    records = anchors.records_by_partition(read) if read is not None else {}
+    fingerprint (the possible candidates), within the intervals read so far (`records`: every
+    destination record read so far, per partition)."""
     wanted = with_fingerprint_in(records, anchor_prints, {(t, p) for t, p, _ in reading})
     return context_of(spark, records, book.read, wanted, k)
 

@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from ferry.keys import TopicPartitionKey
 from ferry.migrate import matching
+from ferry.migrate.anchors import PartitionRecords
 
 SLICE_KEYS = ["dst_topic", "dst_partition", "anchor_timestamp_ms"]
 SLICE_KEYS_SCHEMA = StructType(
@@ -140,7 +140,7 @@ class SliceState:
 
 
 def judge_slices(
-    read: pa.Table,
+    records: Mapping[TopicPartitionKey, PartitionRecords],
     open_slices: Mapping[tuple[str, int, int], AnchorSlice],
     is_full: Mapping[tuple[str, int, int], bool],
     k: int,
@@ -149,13 +149,14 @@ def judge_slices(
 ) -> dict[tuple[str, int, int], SliceState]:
     """Whether each open slice is decided, and which of its sides are closed (the rules are in
     `ferry.migrate.search`'s module doc), from the offsets and timestamps of the records read
-    so far (`read`: topic, partition, offset, timestamp_ms; each record once) and, per slice,
+    so far (`records`: per partition, `anchors.records_by_partition`; each record once) and,
+    per slice,
     whether every anchor at its position fully matched (`is_full`: matching's
     is_full_match, all of the slice's rows). On the driver, which holds both: counting records
     by timestamp inside each slice is a few array operations, where a Spark job would spend a
     range join, a grouping and a window on it."""
     keys = list(open_slices)
-    counts = _counts_in_slices(read, [open_slices[key] for key in keys], keys, k,
+    counts = _counts_in_slices(records, [open_slices[key] for key in keys], keys, k,
                                window_before_ms, window_after_ms)  # fmt: skip
     out = {}
     for key, (n_after_ms, n_before_window, n_after_window) in zip(keys, counts, strict=True):
@@ -174,7 +175,7 @@ CHUNK = 1 << 22  # records compared at once: bounds the arrays of a dense search
 
 
 def _counts_in_slices(
-    read: pa.Table,
+    records: Mapping[TopicPartitionKey, PartitionRecords],
     slices: Sequence[AnchorSlice],
     keys: Sequence[tuple[str, int, int]],
     k: int,
@@ -184,24 +185,12 @@ def _counts_in_slices(
     """Per slice: records at or after its position later than the anchor's millisecond,
     records before its window, records after its window (rows of a (n, 3) array)."""
     out = np.zeros((len(slices), 3), dtype=np.int64)
-    if not slices or read.num_rows == 0:
-        return out
-    topic = pc.dictionary_encode(read.column("topic")).combine_chunks()
-    names = {name: i for i, name in enumerate(topic.dictionary.to_pylist())}
-    codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    partition = read.column("partition").to_numpy().astype(np.int64)
-    offset = read.column("offset").to_numpy()
-    ts = read.column("timestamp_ms").to_numpy()
-    order = np.lexsort((offset, partition, codes))
-    tp = (codes << 32 | partition)[order]
-    offset, ts = offset[order], ts[order]
-    by_tp: dict[int, list[int]] = defaultdict(list)
+    by_tp: dict[TopicPartitionKey, list[int]] = defaultdict(list)
     for i, (t, p, _) in enumerate(keys):
-        if t in names:
-            by_tp[names[t] << 32 | p].append(i)
-    for code, members in by_tp.items():
-        lo_tp, hi_tp = np.searchsorted(tp, code), np.searchsorted(tp, code, side="right")
-        offs, times = offset[lo_tp:hi_tp], ts[lo_tp:hi_tp]
+        if (t, p) in records:
+            by_tp[(t, p)].append(i)
+    for tp, members in by_tp.items():
+        offs, times = records[tp].offsets, records[tp].timestamps
         idx = np.array(members)
         bounds = np.array([slices[i].bounds(k) for i in members], dtype=np.int64).reshape(-1, 2)
         lo = np.searchsorted(offs, bounds[:, 0])
