@@ -51,6 +51,7 @@ from ferry.testing.mm2_group_sync import (
     SYNC_STEP,
     fail_next_group_describe,
     logged,
+    logged_lines,
     sync_runs,
     wait_logged,
 )
@@ -233,15 +234,12 @@ def wait_task_started_without(mm: MirrorMaker, groups: list[str], timeout_s: flo
     topic) and restart it with the new one a second later."""
     deadline = time.monotonic() + timeout_s
     while True:
-        lines = [
-            line
-            for line in mm.log_path.read_text(errors="replace").splitlines()
-            if TASK_START in line and line.startswith("[")
-        ]
-        named = lines[-1][lines[-1].rindex("[") + 1 : lines[-1].rindex("]")] if lines else ""
-        if lines and not set(groups) & set(named.split(", ")):
-            return logged(mm, TASK_START)[len(lines) - 1]
-        assert time.monotonic() < deadline, (groups, lines[-1:])
+        starts = logged_lines(mm, TASK_START)
+        if starts:
+            at, line = starts[-1]
+            if not set(groups) & set(line[line.rindex("[") + 1 : line.rindex("]")].split(", ")):
+                return at
+        assert time.monotonic() < deadline, (groups, starts[-1:])
         time.sleep(0.25)
 
 
@@ -382,8 +380,4 @@ def test_mm2_group_sync_when_consumers_leave_between_its_refresh_and_sync(
 
 
 def _refresh_lines(mm: MirrorMaker) -> list[str]:
-    return [
-        line
-        for line in mm.log_path.read_text(errors="replace").splitlines()
-        if f"{REFRESH_STEP} took" in line
-    ]
+    return [line for _, line in logged_lines(mm, f"{REFRESH_STEP} took")]

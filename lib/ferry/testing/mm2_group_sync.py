@@ -36,16 +36,21 @@ SHORT_DESTINATION_ADMIN_TIMEOUTS = {
 def logged(mm: MirrorMaker, text: str, after: float = 0) -> list[float]:
     """The times (epoch seconds, from the log's own stamps) of MM2's log lines containing
     `text` stamped after `after`, in order."""
-    out = []
+    return [t for t, _ in logged_lines(mm, text) if t > after]
+
+
+def logged_lines(mm: MirrorMaker, text: str) -> list[tuple[float, str]]:
+    """MM2's log lines containing `text`, in order, each with its time (epoch seconds, from
+    the line's own stamp)."""
     try:
         lines = mm.log_path.read_text(errors="replace").splitlines()
     except OSError:
-        return out
-    for line in lines:
-        if text in line and line.startswith("["):
-            stamp = line[1 : line.index("]")]
-            out.append(dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp())
-    return [t for t in out if t > after]
+        return []
+    return [
+        (dt.datetime.strptime(line[1 : line.index("]")], "%Y-%m-%d %H:%M:%S,%f").timestamp(), line)
+        for line in lines
+        if text in line and line.startswith("[")
+    ]
 
 
 def wait_logged(
