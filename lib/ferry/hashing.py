@@ -35,10 +35,27 @@ def validate_fields(fields: Sequence[str]) -> tuple[str, ...]:
     return tuple(f for f in HASH_FIELDS if f in fields)
 
 
+# Length prefixes of the lengths most values have, made once: a hasher runs once a record read,
+# and building the prefix per record cost as much as the SHA-256 itself.
+_SHORT = 4096
+_PRESENT_LENGTHS = tuple(_PRESENT + struct.pack(">Q", n) for n in range(_SHORT))
+_NO_HEADERS = struct.pack(">I", 0)
+
+
 def _blob(data: bytes | None) -> bytes:
     if data is None:
         return _NULL
-    return _PRESENT + struct.pack(">Q", len(data)) + data
+    n = len(data)
+    return (_PRESENT_LENGTHS[n] if n < _SHORT else _PRESENT + struct.pack(">Q", n)) + data
+
+
+def _headers_blob(headers, ignored: frozenset[str]) -> bytes:  # noqa: ANN001
+    kept = [(n, v) for n, v in (headers or ()) if n not in ignored]
+    out = struct.pack(">I", len(kept))
+    for name, val in kept:
+        raw = name.encode() if isinstance(name, str) else bytes(name)
+        out += struct.pack(">I", len(raw)) + raw + _blob(val)
+    return out
 
 
 def record_hasher(fields: Sequence[str], ignore_headers: Iterable[str] = ()):
@@ -47,20 +64,18 @@ def record_hasher(fields: Sequence[str], ignore_headers: Iterable[str] = ()):
     ignored = frozenset(ignore_headers)
     prefix = b"ferry.sha256.v1\x00" + ",".join(chosen).encode() + b"\x00"
     want_key, want_value, want_headers = (f in chosen for f in HASH_FIELDS)
+    sha256 = hashlib.sha256
 
     def digest(key: bytes | None, value: bytes | None, headers) -> bytes:  # noqa: ANN001
-        h = hashlib.sha256(prefix)
+        # One buffer, one hash call: most records are small and have no headers.
+        data = prefix
         if want_key:
-            h.update(_blob(key))
+            data += _blob(key)
         if want_value:
-            h.update(_blob(value))
+            data += _blob(value)
         if want_headers:
-            kept = [(n, v) for n, v in (headers or ()) if n not in ignored]
-            h.update(struct.pack(">I", len(kept)))
-            for name, val in kept:
-                raw = name.encode() if isinstance(name, str) else bytes(name)
-                h.update(struct.pack(">I", len(raw)) + raw + _blob(val))
-        return h.digest()
+            data += _headers_blob(headers, ignored) if headers else _NO_HEADERS
+        return sha256(data).digest()
 
     return digest
 

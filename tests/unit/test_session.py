@@ -49,3 +49,28 @@ def test_an_arrow_table_reaches_spark_whole_past_its_empty_batches(spark):
     assert spark.createDataFrame(table, schema).count() == 2  # the bug this works around
     assert sorted(r.x for r in session.arrow_df(spark, table, schema).collect()) == [1, 2, 3]
     assert session.arrow_df(spark, pa.concat_tables([empty, empty]), schema).count() == 0
+
+
+def test_a_large_arrow_table_is_scanned_by_two_tasks_a_core_in_its_order(spark):
+    """Above the local relation threshold PySpark makes each Arrow batch of at most
+    arrow.maxRecordsPerBatch rows a partition: `arrow_df` coalesces them."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    tasks = 2 * spark.sparkContext.defaultParallelism
+    n = max(10_000 * 2 * tasks, 200_000) + 1  # above the 1 MiB threshold Ferry sets
+    table = pa.table({"x": pa.array(range(n), pa.int64())})
+    schema = StructType([StructField("x", LongType())])
+    assert spark.createDataFrame(table, schema).rdd.getNumPartitions() >= n // 10_000
+    df = session.arrow_df(spark, table, schema)
+    assert df.rdd.getNumPartitions() == tasks
+    assert df.toArrow().column("x").to_pylist() == list(range(n))
+
+
+def test_a_small_arrow_table_stays_a_local_relation(spark):
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    table = pa.table({"x": pa.array(range(5_000), pa.int64())})
+    df = session.arrow_df(spark, table, StructType([StructField("x", LongType())]))
+    assert "LocalRelation" in df._jdf.queryExecution().optimizedPlan().toString()
