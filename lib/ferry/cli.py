@@ -13,6 +13,7 @@ error line names when the failure came out of Spark.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import sys
@@ -363,9 +364,18 @@ def _report(exc: BaseException, verbose: bool) -> None:
     print(f"error: {error_line(exc)}{where}", file=sys.stderr)
 
 
+# A job's driver keeps its plan as Python objects until the run ends (10,000 groups: millions)
+# while it makes millions more, and Python's default collector walks the whole heap each time
+# the long-lived ones grow by a quarter: 26 full collections, 2.9 s of a 30 s dry run (2,000
+# groups: 22, 1.5 s). A young collection every 50,000 allocations, not 700, leaves none in
+# either, and still collects the cycles the collector is there for.
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
 def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> int:
     """Call a job's main and turn exceptions into one-line errors and exit codes. A job
     process in cluster deploy mode also records its result for spark-submit.sh (ferry.result)."""
+    gc.set_threshold(*GC_THRESHOLDS)
     if argv is None:
         from ferry import result
 

@@ -283,7 +283,20 @@ def resolve(
             ),
         )
     )
-    plan = anchors_df.join(best, ANCHOR_KEYS, "left").join(
+    # Only the sizes of the anchors' context: the arrays (256 bytes a position at k = 16) were
+    # most of what this join shuffled (250,000 positions: 106 MiB).
+    anchors = anchors_df.select(
+        *ANCHOR_KEYS,
+        "dst_topic",
+        "dst_partition",
+        "anchor_kind",
+        "anchor_offset",
+        "anchor_timestamp_ms",
+        "anchor_sha256",
+        F.size("src_before").alias("src_before_size"),
+        F.size("src_after").alias("src_after_size"),
+    )
+    plan = anchors.join(best, ANCHOR_KEYS, "left").join(
         dst_bounds_df, ["dst_topic", "dst_partition"], "left"
     )
     top = F.col("top")
@@ -292,7 +305,9 @@ def resolve(
         (F.col("runner_up.match_before") == top["match_before"])
         & (F.col("runner_up.match_after") == top["match_after"])
     )
-    is_inconsistent = (F.size("src_after") > 0) & top["has_dst_next"] & (top["match_after"] == 0)
+    is_inconsistent = (
+        (F.col("src_after_size") > 0) & top["has_dst_next"] & (top["match_after"] == 0)
+    )
     replica_behind = F.col("dst_last_timestamp_ms").isNull() | (
         F.col("dst_last_timestamp_ms") < F.col("anchor_timestamp_ms") + F.lit(window_after_ms)
     )
@@ -326,8 +341,8 @@ def resolve(
         status.isin(*RESOLVED_STATUSES).alias("is_resolved"),
         # the top candidate matches the anchor's whole context at its own timestamp
         F.coalesce(
-            (top["match_before"] == F.size("src_before"))
-            & (top["match_after"] == F.size("src_after"))
+            (top["match_before"] == F.col("src_before_size"))
+            & (top["match_after"] == F.col("src_after_size"))
             & (top["candidate_timestamp_ms"] == F.col("anchor_timestamp_ms")),
             F.lit(False),
         ).alias("is_full_match"),
