@@ -179,6 +179,9 @@ def match_positions(
     # the destination records that may be candidates share an anchor's fingerprint
     anchor_prints = fingerprints_at(read, anchor_records)
     # cached while the destination is looked up and read: each search step joins it
+    anchors_df = anchors_df.repartition(
+        int(spark.conf.get("spark.sql.shuffle.partitions")), *matching.ANCHOR_KEYS
+    )
     anchors_cached = cache_in_background(anchors_df)
     slice_keys = sorted(context)
     dst_bounds = dict(disc.destination_bounds)
