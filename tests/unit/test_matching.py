@@ -254,3 +254,48 @@ def test_anchors_across_gaps_for_many_groups_sharing_a_partition(spark):
         "g12": ("last", 9),
         "g13": ("last", 12),
     }
+
+
+def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spark):
+    """Ranking alone, on inline candidates: the longest context before, then after, wins; two
+    candidates sharing the best pair are AMBIGUOUS whatever the others score, and ties lower
+    down do not matter."""
+    anchors_df = spark.createDataFrame(
+        [
+            ("src", 0, c, "dst", 0, 0, 10**6, "last", c - 1, T0, h("x"), [1, 2], [3])
+            for c in (10, 20, 30)
+        ],
+        "src_topic string, src_partition int, committed_offset long, dst_topic string, "
+        "dst_partition int, src_log_start_offset long, src_log_end_offset long, "
+        "anchor_kind string, anchor_offset long, anchor_timestamp_ms long, "
+        "anchor_sha256 binary, src_before array<bigint>, src_after array<bigint>",
+    )
+    candidates_df = spark.createDataFrame(
+        [
+            # position 10: one best (2, 1) at 107, two lower ones tied (2, 0)
+            ("src", 0, 10, 105, T0, 2, 0, True),
+            ("src", 0, 10, 107, T0, 2, 1, True),
+            ("src", 0, 10, 103, T0, 2, 0, True),
+            # position 20: the best (1, 1) twice, at 203 and 201; a lower (0, 1) elsewhere
+            ("src", 0, 20, 203, T0, 1, 1, True),
+            ("src", 0, 20, 209, T0, 0, 1, True),
+            ("src", 0, 20, 201, T0, 1, 1, True),
+            # position 30: one candidate
+            ("src", 0, 30, 300, T0, 2, 1, False),
+        ],
+        "src_topic string, src_partition int, committed_offset long, candidate_offset long, "
+        "candidate_timestamp_ms long, match_before int, match_after int, has_dst_next boolean",
+    )
+    bounds_df = spark.createDataFrame([("dst", 0, 0, 1000, T0 + 10**9)], DST_BOUNDS_SCHEMA)
+    out = {
+        r.committed_offset: r
+        for r in matching.resolve(anchors_df, candidates_df, bounds_df, 60_000).collect()
+    }
+    assert (out[10].status, out[10].destination_offset, out[10].candidate_count) == (
+        "MATCHED", 108, 3,
+    )  # fmt: skip
+    assert (out[10].match_before, out[10].match_after, out[10].is_full_match) == (2, 1, True)
+    assert (out[20].status, out[20].destination_offset, out[20].candidate_count) == (
+        "AMBIGUOUS", None, 3,
+    )  # fmt: skip
+    assert (out[30].status, out[30].destination_offset) == ("MATCHED", 301)

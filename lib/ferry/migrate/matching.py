@@ -35,7 +35,7 @@ scores lower than a full match elsewhere.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType
 
@@ -258,30 +258,23 @@ def resolve(
 ) -> DataFrame:
     """Exactly one row per position with status and offset (`POSITION_COLUMNS`), and
     is_full_match (the destination search's test of a decided slice)."""
-    ranked = Window.partitionBy(*ANCHOR_KEYS).orderBy(
-        F.desc("match_before"), F.desc("match_after"), F.asc("candidate_offset")
-    )
-    best = (
-        candidates_df.withColumn("rank", F.row_number().over(ranked))
-        .groupBy(*ANCHOR_KEYS)
-        .agg(
-            F.count(F.lit(1)).cast(IntegerType()).alias("candidate_count"),
-            F.max(
-                F.when(
-                    F.col("rank") == 1,
-                    F.struct(
-                        "candidate_offset",
-                        "match_before",
-                        "match_after",
-                        "has_dst_next",
-                        "candidate_timestamp_ms",
-                    ),
-                )
-            ).alias("top"),
-            F.max(F.when(F.col("rank") == 2, F.struct("match_before", "match_after"))).alias(
-                "runner_up"
-            ),
-        )
+    # The best candidate is the greatest (match_before, match_after, -offset); a tie at the top
+    # is two candidates with the best (match_before, match_after), whose lowest and highest
+    # offsets then differ. Two maxima of one grouping, over candidates already sorted by
+    # position for the join before it: no window, no sort of their own.
+    best = candidates_df.groupBy(*ANCHOR_KEYS).agg(
+        F.count(F.lit(1)).cast(IntegerType()).alias("candidate_count"),
+        F.max(
+            F.struct(
+                "match_before",
+                "match_after",
+                (-F.col("candidate_offset")).alias("lowest_first"),
+                "candidate_offset",
+                "has_dst_next",
+                "candidate_timestamp_ms",
+            )
+        ).alias("top"),
+        F.max(F.struct("match_before", "match_after", "candidate_offset")).alias("top_last"),
     )
     # Only the sizes of the anchors' context: the arrays (256 bytes a position at k = 16) were
     # most of what this join shuffled (250,000 positions: 106 MiB).
@@ -301,10 +294,7 @@ def resolve(
     )
     top = F.col("top")
     has_candidate = top.isNotNull()
-    is_tie = F.col("runner_up").isNotNull() & (
-        (F.col("runner_up.match_before") == top["match_before"])
-        & (F.col("runner_up.match_after") == top["match_after"])
-    )
+    is_tie = top["candidate_offset"] != F.col("top_last.candidate_offset")
     is_inconsistent = (
         (F.col("src_after_size") > 0) & top["has_dst_next"] & (top["match_after"] == 0)
     )
