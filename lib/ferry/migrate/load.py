@@ -169,6 +169,8 @@ def output_rows(
 # around `previous_offset` and `difference` (which are the group's): `OUTPUT_COLUMNS` order.
 _BEFORE_GROUP = OUTPUT_COLUMNS[1:7]
 _AFTER_GROUP = OUTPUT_COLUMNS[9:13]
+_POSITION_FIELDS = _BEFORE_GROUP + _AFTER_GROUP
+_AFTER_KEY = f', "{_AFTER_GROUP[0]}": '
 
 
 def output_json(
@@ -193,10 +195,14 @@ def output_json(
             position = (*tp, offset)
             if (text := fields.get(position)) is None:
                 row = plan.positions[position]
+                # one encoding of both parts, cut where the first key after the group's
+                # fields opens (a quote inside a value is escaped, so this text is only ever
+                # the key's)
+                both = json_fields(row, _POSITION_FIELDS)
+                cut = both.index(_AFTER_KEY)
                 text = fields[position] = (
-                    json_fields(row, _BEFORE_GROUP), json_fields(row, _AFTER_GROUP),
-                    (row["dst_topic"], row["dst_partition"]),
-                )  # fmt: skip
+                    both[:cut], both[cut + 2 :], (row["dst_topic"], row["dst_partition"])
+                )
             before, after, dst_tp = text
             now = previous.get(dst_tp)
             yield (
