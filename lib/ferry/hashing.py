@@ -50,7 +50,7 @@ def _blob(data: bytes | None) -> bytes:
 
 
 def _headers_blob(headers, ignored: frozenset[str]) -> bytes:  # noqa: ANN001
-    kept = [(n, v) for n, v in (headers or ()) if n not in ignored]
+    kept = [(n, v) for n, v in headers if n not in ignored]
     out = struct.pack(">I", len(kept))
     for name, val in kept:
         raw = name.encode() if isinstance(name, str) else bytes(name)

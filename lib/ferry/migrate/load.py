@@ -170,7 +170,8 @@ def output_rows(
 _BEFORE_GROUP = OUTPUT_COLUMNS[1:7]
 _AFTER_GROUP = OUTPUT_COLUMNS[9:13]
 _POSITION_FIELDS = _BEFORE_GROUP + _AFTER_GROUP
-_AFTER_KEY = f', "{_AFTER_GROUP[0]}": '
+_SEPARATOR = ", "
+_AFTER_KEY = f'{_SEPARATOR}"{_AFTER_GROUP[0]}": '
 
 
 def output_json(
@@ -201,7 +202,9 @@ def output_json(
                 both = json_fields(row, _POSITION_FIELDS)
                 cut = both.index(_AFTER_KEY)
                 text = fields[position] = (
-                    both[:cut], both[cut + 2 :], (row["dst_topic"], row["dst_partition"])
+                    both[:cut],
+                    both[cut + len(_SEPARATOR) :],
+                    (row["dst_topic"], row["dst_partition"]),
                 )
             before, after, dst_tp = text
             now = previous.get(dst_tp)

@@ -69,17 +69,19 @@ ANCHORS_COLUMNS = [
     "src_before",
     "src_after",
 ]
-# matching's result per position (`resolve`)
-POSITION_COLUMNS = [
-    "src_topic",
-    "src_partition",
-    "committed_offset",
+# what a position's result takes from its anchor as it is (`resolve`)
+ANCHOR_RESULT_COLUMNS = [
+    *ANCHOR_KEYS,
     "dst_topic",
     "dst_partition",
     "anchor_kind",
     "anchor_offset",
     "anchor_timestamp_ms",
     "anchor_sha256",
+]
+# matching's result per position (`resolve`)
+POSITION_COLUMNS = [
+    *ANCHOR_RESULT_COLUMNS,
     "candidate_count",
     "match_before",
     "match_after",
@@ -279,13 +281,7 @@ def resolve(
     # Only the sizes of the anchors' context: the arrays (256 bytes a position at k = 16) were
     # most of what this join shuffled (250,000 positions: 106 MiB).
     anchors = anchors_df.select(
-        *ANCHOR_KEYS,
-        "dst_topic",
-        "dst_partition",
-        "anchor_kind",
-        "anchor_offset",
-        "anchor_timestamp_ms",
-        "anchor_sha256",
+        *ANCHOR_RESULT_COLUMNS,
         F.size("src_before").alias("src_before_size"),
         F.size("src_after").alias("src_after_size"),
     )
@@ -316,13 +312,7 @@ def resolve(
         .when(status == PartitionStatus.MATCHED.value, top["candidate_offset"] + 1)
     )
     return plan.select(
-        *ANCHOR_KEYS,
-        "dst_topic",
-        "dst_partition",
-        "anchor_kind",
-        "anchor_offset",
-        "anchor_timestamp_ms",
-        "anchor_sha256",
+        *ANCHOR_RESULT_COLUMNS,
         F.coalesce(F.col("candidate_count"), F.lit(0)).alias("candidate_count"),
         top["match_before"].alias("match_before"),
         top["match_after"].alias("match_after"),
