@@ -53,3 +53,17 @@ def test_partitions_are_kept_apart_and_an_unread_partition_has_no_anchor():
 
 def test_nothing_read_gives_no_anchors():
     assert anchors.nearest_records([("t", 0, 1)], read([])) == {("t", 0, 1): anchors.NO_ANCHOR}
+
+
+def test_the_distinct_positions_of_all_groups_sorted_as_tuples():
+    from ferry.migrate.plan import distinct_positions
+
+    exact = {
+        "g1": {("b", 0): 7, ("a", 10): 3, ("a", 2): 30},
+        "g2": {("a", 2): 4, ("b", 0): 7},
+        "g3": {},
+    }
+    want = sorted({(t, p, o) for offsets in exact.values() for (t, p), o in offsets.items()})
+    assert distinct_positions(exact) == want == [("a", 2, 4), ("a", 2, 30), ("a", 10, 3),
+                                                 ("b", 0, 7)]  # fmt: skip
+    assert distinct_positions({}) == []

@@ -81,3 +81,10 @@ def test_a_fingerprint_is_the_hashs_first_8_bytes_big_endian_signed():
     assert hashing.fingerprints(pa.array([x[:8] for x in hashes])).tolist() == expected
     with pytest.raises(ValueError, match="shorter"):
         hashing.fingerprints(pa.array([b"abc"]))
+
+
+def test_fingerprints_at_keeps_the_order_asked_across_partitions():
+    records = {("t", 0): part([0, 1, 2, 5]), ("t", 1): part([3, 4, 7])}
+    keys = [(("t", 1), 7), (("t", 0), 5), (("t", 1), 3), (("t", 0), 0), (("t", 0), 5)]
+    assert context.fingerprints_at(records, keys).tolist() == [1007, 1005, 1003, 1000, 1005]
+    assert context.fingerprints_at(records, []).tolist() == []

@@ -130,16 +130,21 @@ def fingerprint_table(
 
 def fingerprints_at(
     records: Mapping[TopicPartitionKey, PartitionRecords],
-    keys: Iterable[tuple[TopicPartitionKey, int]],
+    keys: Sequence[tuple[TopicPartitionKey, int]],
 ):  # noqa: ANN201 - numpy imported lazily
-    """The fingerprints of these records (partition, offset read), as a numpy array."""
+    """The fingerprints of these records (partition, offset read), in their order, as a numpy
+    array: one sorted search per partition (one a record cost 0.6 s for 250,000 anchors)."""
     import numpy as np
 
-    out = [
-        records[tp].fingerprints[np.searchsorted(records[tp].offsets, offset)]
-        for tp, offset in keys
-    ]
-    return np.asarray(out, dtype=np.int64)
+    out = np.empty(len(keys), dtype=np.int64)
+    rows: dict[TopicPartitionKey, list[int]] = {}
+    for row, (tp, _) in enumerate(keys):
+        rows.setdefault(tp, []).append(row)
+    for tp, members in rows.items():
+        part = records[tp]
+        at = np.fromiter((keys[r][1] for r in members), dtype=np.int64, count=len(members))
+        out[members] = part.fingerprints[np.searchsorted(part.offsets, at)]
+    return out
 
 
 def with_fingerprint_in(

@@ -112,7 +112,7 @@ def build_plan(
     """Extract what matching needs, match every distinct position once, and gather the plan.
     `spark` may still be starting: the source is read on the driver meanwhile, if small."""
     exact = exact_partitions(disc)
-    wanted = sorted({(t, p, o) for offsets in exact.values() for (t, p), o in offsets.items()})
+    wanted = distinct_positions(exact)
     positions = match_positions(spark, src, dst, disc, cfg, wanted, progress) if wanted else {}
     extra: dict[str, list[dict]] = {}
     if disc.reconcile_topics:
@@ -139,6 +139,18 @@ def build_plan(
     return Plan(positions, exact, disc.previous, extra, notes)
 
 
+def distinct_positions(exact: dict[str, dict[TopicPartitionKey, int]]) -> list[Position]:
+    """The distinct positions of every group's offsets, sorted. Per partition, then offsets as
+    plain ints: 250,000 (topic, partition, offset) tuples sorted as tuples took 0.7 s."""
+    per_tp: dict[TopicPartitionKey, set[int]] = {}
+    for offsets in exact.values():
+        for tp, offset in offsets.items():
+            if (seen := per_tp.get(tp)) is None:
+                seen = per_tp[tp] = set()
+            seen.add(offset)
+    return [(t, p, o) for (t, p) in sorted(per_tp) for o in sorted(per_tp[(t, p)])]
+
+
 def match_positions(
     spark: SparkOrLater,
     src: Cluster,
@@ -161,10 +173,12 @@ def match_positions(
     # with the context before it that its anchors need matched (the least of theirs)
     context: dict[tuple[str, int, int], int] = {}
     anchor_records: list[tuple[TopicPartitionKey, int]] = []  # (partition, offset) of each
-    for topic, partition, offset in wanted:
+    renamed = {t: cfg.topics.destination_topic(t) for t in {t for t, _, _ in wanted}}
+    for position in wanted:
+        topic, partition, offset = position
         start, end = disc.source_bounds[(topic, partition)]
-        dst_topic = cfg.topics.destination_topic(topic)
-        anchor = nearest[(topic, partition, offset)]
+        dst_topic = renamed[topic]
+        anchor = nearest[position]
         rows.append((topic, partition, offset, dst_topic, partition, start, end, *anchor[:3]))
         if anchor.kind != "none":
             key = (dst_topic, partition, anchor.timestamp_ms)

@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
-from ferry.migrate import anchors, matching
+from ferry.migrate import anchors
 from ferry.migrate.anchors import PartitionRecords
 from ferry.migrate.context import with_fingerprint_in
 from ferry.migrate.extract import collect_rows, context_of, union_records
@@ -260,7 +260,8 @@ def search_destination(
         for key, row in step_rows:
             s = still_open.get(key)
             if s is None or not s.is_open or step == MAX_STEPS:
-                rows.append({c: row[c] for c in matching.POSITION_COLUMNS})
+                del row["is_full_match"]  # the row is the step's own: `POSITION_COLUMNS` left
+                rows.append(row)
         for s in still_open.values():
             if s.is_open:
                 if not s.is_left_closed:
