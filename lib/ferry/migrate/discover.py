@@ -1,8 +1,8 @@
 """Discover: which source groups are selected, their states and committed offsets on both
 clusters, and the watermarks of every partition the plan needs — all fetched in bulk, before
 any record is read. Per cluster: one ListGroups (every group's state; only groups it does not
-show inactive are described, for their members), the groups' OffsetFetches in waves of 1,000,
-two ListOffsets; the source's and the destination's calls overlap.
+show inactive are described, for their members), the OffsetFetches of the groups it shows in
+waves of 1,000, two ListOffsets; the source's and the destination's calls overlap.
 
 `migrate` refuses groups that are active on either side; `audit` (read-only) plans them too
 (`plan_active`), and reads whether the destination group is live from its state and members."""
@@ -61,12 +61,15 @@ def both_clusters(source_call: Callable[[], A], destination_call: Callable[[], B
 
 def _side(cluster: Cluster, groups: list[str], listed: dict | None):  # noqa: ANN202
     """(infos, offsets, topics) of one cluster; `listed`: its `list_group_infos`, when
-    already asked."""
+    already asked. A group its listing does not show has no committed offsets there (a
+    group's offsets are the coordinator's, and so is the listing), so only listed groups'
+    offsets are fetched: on a fresh destination, none — 10,000 requests saved. Whatever
+    appears after the listing is seen by the write itself, which reads the offsets again."""
+    listed = listed if listed is not None else kafka.list_group_infos(cluster)
+    offsets = kafka.committed_offsets(cluster, [g for g in groups if g in listed])
     return (
-        kafka.group_infos(
-            cluster, groups, listed if listed is not None else kafka.list_group_infos(cluster)
-        ),
-        kafka.committed_offsets(cluster, groups),
+        kafka.group_infos(cluster, groups, listed),
+        {g: offsets.get(g, {}) for g in groups},
         kafka.list_topics(cluster),
     )
 
