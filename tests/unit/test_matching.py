@@ -44,25 +44,27 @@ def on_driver(records_df):
     return by_tp, segments
 
 
-def context_of(spark, records_df, k):
-    """Every record's context, as migrate takes it: located on the driver, cut in Spark."""
+def located(spark, records_df):
+    """Every record located, as migrate locates the possible candidates: on the driver."""
     by_tp, segments = on_driver(records_df)
-    return extract.context_of(spark, by_tp, segments, {tp: r.offsets for tp, r in by_tp.items()}, k)
+    wanted = {tp: r.offsets for tp, r in by_tp.items()}
+    return extract.located_records(spark, by_tp, segments, wanted)
 
 
-def anchors_of(spark, positions, src_df, k):
+def source_prints(spark, src_df):
+    """The source partitions' fingerprints, which the anchors' context is cut from."""
+    by_tp, _ = on_driver(src_df)
+    return extract.fingerprints_df(spark, by_tp, by_tp.keys())
+
+
+def anchors_of(spark, positions, src_df):
     """The anchors of `positions` (POSITIONS_SCHEMA tuples) among `src_df`'s records, as
     migrate finds them: chosen and located on the driver (`anchors.nearest_records`,
-    `plan.anchored_df`), their hashes and context joined in Spark."""
+    `plan.anchored_df`), their hashes joined in Spark."""
     by_tp, segments = on_driver(src_df)
     nearest = anchors.nearest_records([(t, p, c) for t, p, c, *_ in positions], by_tp)
     rows = [(*row, *nearest[row[:3]][:3]) for row in positions]
-    return matching.with_anchor_records(
-        anchored_df(spark, rows, by_tp, segments),
-        src_df,
-        extract.fingerprints_df(spark, by_tp, by_tp.keys()),
-        k,
-    )
+    return matching.with_anchor_records(anchored_df(spark, rows, by_tp, segments), src_df)
 
 
 def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, dst_last=None):
@@ -75,11 +77,11 @@ def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, ds
         [("dst", 0, min(dst_offsets, default=0), max(dst_offsets, default=-1) + 1, last_ts)],
         DST_BOUNDS_SCHEMA,
     )
-    anchors_df = anchors_of(spark, positions, src_df, k)
+    anchors_df = anchors_of(spark, positions, src_df)
     candidates_df = matching.with_candidates(
-        anchors_df, dst_df, context_of(spark, dst_df, k), before, after
+        anchors_df, source_prints(spark, src_df), dst_df, located(spark, dst_df), k, before, after
     )
-    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, after)
+    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, after, k)
     by_offset = {r.committed_offset: r.asDict() for r in resolved_df.collect()}
     assert len(by_offset) == resolved_df.count()  # one row per position
     return {g: {"group": g, **by_offset[c]} for g, c in commits}
@@ -90,12 +92,18 @@ def fingerprints(values: str) -> dict[str, int]:
     return dict(zip(values, prints, strict=True))
 
 
-def test_anchors_carry_their_hash_and_context(spark):
+def test_anchors_carry_their_hash_and_location_and_their_context_is_cut_from_it(spark):
     src = records(spark, "src", ["a", "b", "c", "d"])
-    out = anchors_of(spark, [("src", 0, 2, "dst", 0, 0, 4)], src, 2).first()
-    fp = fingerprints("abcd")
+    anchors_df = anchors_of(spark, [("src", 0, 2, "dst", 0, 0, 4)], src)
+    out = anchors_df.first()
     assert out.anchor_offset == 1 and bytes(out.anchor_sha256) == h("b")
-    assert out.src_before == [fp["a"]] and out.src_after == [fp["c"], fp["d"]]
+    assert (out.src_at, out.src_first, out.src_last) == (1, 0, 3)
+    cut = matching.with_context(
+        anchors_df, source_prints(spark, src), 2, ("src_topic", "src_partition"),
+        tuple(matching.ANCHOR_LOCATION_COLUMNS), ("src_before", "src_after"),
+    ).first()  # fmt: skip
+    fp = fingerprints("abcd")
+    assert cut.src_before == [fp["a"]] and cut.src_after == [fp["c"], fp["d"]]
 
 
 def test_with_context_cuts_the_neighbours_within_each_segment_nearest_first(spark):
@@ -120,9 +128,16 @@ def test_with_context_cuts_the_neighbours_within_each_segment_nearest_first(spar
         "topic string, partition int, offset long, before array<bigint>, after array<bigint>",
     )
     got = matching.with_context(index_df, fingerprints_df, 2)
-    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    assert got.columns == [*index_df.columns, "before", "after"]
+    assert_df_equality(
+        got.drop("at", "first", "last"), expected, ignore_row_order=True, ignore_nullable=True
+    )
     none = matching.with_context(index_df, fingerprints_df, 0).collect()
     assert [(r.before, r.after) for r in none] == [([], [])] * 4  # k = 0
+    # a record of a partition whose fingerprints are not there: no context, not no row
+    elsewhere = index_df.withColumn("partition", index_df.partition + 1)
+    gone = matching.with_context(elsewhere, fingerprints_df, 2).collect()
+    assert [(r.before, r.after) for r in gone] == [([], [])] * 4
 
 
 def test_shifted_offsets_match_plus_one(spark):
@@ -241,7 +256,7 @@ def test_anchors_across_gaps_for_many_groups_sharing_a_partition(spark):
     positions = [("src", 0, c, "dst", 0, 0, 13) for c in sorted(set(commits.values()))]
     by_offset = {
         r.committed_offset: (r.anchor_kind, r.anchor_offset)
-        for r in anchors_of(spark, positions, src, 2).collect()
+        for r in anchors_of(spark, positions, src).collect()
     }
     anchors = {g: by_offset[c] for g, c in commits.items()}
     assert anchors == {
@@ -262,13 +277,14 @@ def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spa
     down do not matter."""
     anchors_df = spark.createDataFrame(
         [
-            ("src", 0, c, "dst", 0, 0, 10**6, "last", c - 1, T0, h("x"), [1, 2], [3])
+            # at k = 2: two records before the anchor, one after it
+            ("src", 0, c, "dst", 0, 0, 10**6, "last", c - 1, T0, h("x"), 5, 3, 6)
             for c in (10, 20, 30)
         ],
         "src_topic string, src_partition int, committed_offset long, dst_topic string, "
         "dst_partition int, src_log_start_offset long, src_log_end_offset long, "
         "anchor_kind string, anchor_offset long, anchor_timestamp_ms long, "
-        "anchor_sha256 binary, src_before array<bigint>, src_after array<bigint>",
+        "anchor_sha256 binary, src_at int, src_first int, src_last int",
     )
     candidates_df = spark.createDataFrame(
         [
@@ -289,7 +305,7 @@ def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spa
     bounds_df = spark.createDataFrame([("dst", 0, 0, 1000, T0 + 10**9)], DST_BOUNDS_SCHEMA)
     out = {
         r.committed_offset: r
-        for r in matching.resolve(anchors_df, candidates_df, bounds_df, 60_000).collect()
+        for r in matching.resolve(anchors_df, candidates_df, bounds_df, 60_000, 2).collect()
     }
     assert (out[10].status, out[10].destination_offset, out[10].candidate_count) == (
         "MATCHED", 108, 3,

@@ -8,7 +8,7 @@ from ferry.migrate import anchors, lookups, search, slices
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.ranges import RangeBook
 
-from .test_matching import T0, anchors_of, context_of, records
+from .test_matching import T0, anchors_of, located, records, source_prints
 
 K = 2
 
@@ -20,7 +20,7 @@ def state_of(
     `c` on src: matched in Spark, judged on the driver, as a search step does."""
     src_df = records(spark, "src", src_values, ts=src_ts)
     dst_df = records(spark, "dst", dst_values, ts=dst_ts)
-    anchors_df = anchors_of(spark, [("src", 0, c, "dst", 0, 0, 10**6)], src_df, K)
+    anchors_df = anchors_of(spark, [("src", 0, c, "dst", 0, 0, 10**6)], src_df)
     anchor = anchors_df.first()
     position = min(
         (i for i in range(len(dst_values)) if (dst_ts or {}).get(i, T0 + 10 * i)
@@ -40,9 +40,11 @@ def state_of(
     )
     row = slices.match_in_slices(
         slices.with_slices(anchors_df, slices_df),
+        source_prints(spark, src_df),
         dst_df,
-        context_of(spark, dst_df, K),
+        located(spark, dst_df),
         bounds_df,
+        K,
         before,
         after,
     ).first()
@@ -253,3 +255,27 @@ def test_a_steps_anchors_are_those_of_its_slices_and_with_unanchored_the_empty_o
 
     assert chosen(False) == [(1, 4, 20)]
     assert chosen(True) == [(1, 4, 20), (3, None, None)]
+
+
+def test_every_anchor_of_a_partition_read_whole_takes_its_one_slice(spark):
+    anchors_df = spark.createDataFrame(
+        [
+            ("dst", 0, T0, 1, "last"),  # a slice of its own
+            ("dst", 1, T0, 2, "last"),  # partition 1 is read whole: its one slice
+            ("dst", 1, T0 + 7, 3, "last"),
+            ("dst", 2, T0, 4, "last"),  # neither: not read in this step
+            (None, None, None, 5, "none"),
+        ],
+        "dst_topic string, dst_partition int, anchor_timestamp_ms long, committed_offset long, "
+        "anchor_kind string",
+    )
+    slices_df = spark.createDataFrame([("dst", 0, T0, 10, 4, 20, 0, 100)], slices.SLICES_SCHEMA)
+    whole_df = spark.createDataFrame([("dst", 1, 0, 50)], slices.WHOLE_SLICES_SCHEMA)
+
+    def chosen(unanchored):
+        df = slices.with_slices(anchors_df, slices_df, unanchored, whole_df)
+        assert df.columns == [*anchors_df.columns, "slice_start", "slice_end"]
+        return sorted((r.committed_offset, r.slice_start, r.slice_end) for r in df.collect())
+
+    assert chosen(False) == [(1, 4, 20), (2, 0, 50), (3, 0, 50)]
+    assert chosen(True) == [(1, 4, 20), (2, 0, 50), (3, 0, 50), (5, None, None)]

@@ -187,17 +187,17 @@ def fingerprints_df(
     return arrow_df(spark, context.fingerprint_table(records, partitions), FINGERPRINTS_SCHEMA)
 
 
-def context_of(
+def located_records(
     spark: SparkSession,
     records: Mapping,
     segments: Mapping[TopicPartitionKey, Sequence[tuple[int, int]]],
     wanted: Mapping[TopicPartitionKey, Any],
-    k: int,
-) -> DataFrame:
-    """The context of the `wanted` records (per partition, offsets read), located on the
-    driver (`ferry.migrate.context`) and cut in Spark (`matching.with_context`)."""
+) -> matching.Located:
+    """The `wanted` records (per partition, offsets read), located on the driver
+    (`ferry.migrate.context`), for Spark to cut their context where it compares them
+    (`matching.with_context`)."""
     index_df = arrow_df(spark, context.index_table(records, segments, wanted), INDEX_SCHEMA)
-    return matching.with_context(index_df, fingerprints_df(spark, records, wanted), k)
+    return matching.Located(index_df, fingerprints_df(spark, records, wanted))
 
 
 def collect_rows(df: DataFrame) -> list[dict]:

@@ -6,19 +6,21 @@ not on group partitions: ten thousand groups committed on the same partitions sh
 thousand positions, and each is matched once (`ferry.migrate.model` gives every group
 partition its position's result afterwards, on the driver):
 
-1. `with_context`: each compared record's neighbours' fingerprints (k before, k after,
-   nearest first) within the contiguous range it was read in, cut out of its partition's
-   fingerprints where the driver located it (`ferry.migrate.context`): the anchors and, on
-   the destination, the records that share an anchor's fingerprint, the only possible
-   candidates.
+1. Context: each compared record's neighbours' fingerprints (k before, k after, nearest
+   first) within the contiguous range it was read in. The driver locates the anchors and, on
+   the destination, the records that share an anchor's fingerprint (the only possible
+   candidates) among their partitions' fingerprints (`ferry.migrate.context`); a row carries
+   those three indexes, and its context is cut out of its partition's fingerprints
+   (`with_context`, a broadcast) only where it is compared, in `with_candidates`: arrays of
+   2k fingerprints a row were most of what the anchors' cache held and the joins shuffled.
 2. The anchor of each committed offset C: the last source record before C ("last"), or when
    nothing precedes C the first record at or after it ("next"), or neither ("none": the
-   source has nothing before or after C). It is chosen on the driver, which holds the
-   offsets read (`ferry.migrate.anchors`); `with_anchor_records` adds its hash and context.
+   source has nothing before or after C). It is chosen and located on the driver, which
+   holds the offsets read (`ferry.migrate.anchors`); `with_anchor_records` adds its hash.
 3. `with_candidates` joins anchors to destination records with the same SHA-256 whose
-   timestamp is within [anchor − window_before_ms, anchor + window_after_ms], brings each
-   candidate's context, and scores it by the length of the common prefix of its neighbours
-   and the anchor's, before and after.
+   timestamp is within [anchor − window_before_ms, anchor + window_after_ms], and scores
+   each candidate by the length of the common prefix of its neighbours and the anchor's,
+   before and after.
 4. `resolve` keeps the candidate with the longest matching context before, then after; a tie
    at the top is AMBIGUOUS. MATCHED commits candidate + 1 (the record after the last consumed
    one); MATCHED_NEXT commits the candidate itself; EMPTY commits the destination's log end.
@@ -34,6 +36,8 @@ scores lower than a full match elsewhere.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -59,15 +63,17 @@ COMMITTED_COLUMNS = [
 ]
 # a position with its anchor, chosen on the driver (`ferry.migrate.anchors`)
 ANCHORED_COLUMNS = [*COMMITTED_COLUMNS, "anchor_kind", "anchor_offset", "anchor_timestamp_ms"]
-# a position with its anchor's hash and context (`with_anchor_records`)
+# where an anchor record is among its partition's fingerprints (`ferry.migrate.context`:
+# its index, and its segment's first and last; null for none)
+ANCHOR_LOCATION_COLUMNS = ["src_at", "src_first", "src_last"]
+# a position with its anchor's hash and location (`with_anchor_records`)
 ANCHORS_COLUMNS = [
     *COMMITTED_COLUMNS,
     "anchor_kind",
     "anchor_offset",
     "anchor_timestamp_ms",
     "anchor_sha256",
-    "src_before",
-    "src_after",
+    *ANCHOR_LOCATION_COLUMNS,
 ]
 # what a position's result takes from its anchor as it is (`resolve`)
 ANCHOR_RESULT_COLUMNS = [
@@ -103,55 +109,69 @@ def _empty_context() -> Column:
     return F.array().cast(ArrayType(LongType()))
 
 
+class Located(NamedTuple):
+    """Records located on the driver (`ferry.migrate.context`): where each is among its
+    partition's fingerprints (`index_df`, `context.INDEX_FIELDS`) and those fingerprints
+    (`fingerprints_df`, `context.FINGERPRINT_FIELDS`), from which `with_context` cuts it."""
+
+    index_df: DataFrame
+    fingerprints_df: DataFrame
+
+
+def _context_sizes(at: Column, first: Column, last: Column, k: int) -> tuple[Column, Column]:
+    """How many records of a located record's context there are before it and after it: at
+    most k each, within its segment."""
+    return at - F.greatest(first, at - F.lit(k)), F.least(last, at + F.lit(k)) - at
+
+
 def _cut(fingerprints: str, at: str, first: str, last: str, k: int) -> tuple[Column, Column]:
     """A located record's context (`ferry.migrate.context.locate`: 0-based indexes into its
     partition's fingerprints): the k before it within its segment, nearest first, and the k
     after."""
-    i, start = F.col(at), F.greatest(F.col(first), F.col(at) - F.lit(k))
-    before = F.reverse(F.slice(F.col(fingerprints), start + 1, i - start))
-    after = F.slice(F.col(fingerprints), i + 2, F.least(F.col(last), i + F.lit(k)) - i)
+    i = F.col(at)
+    n_before, n_after = _context_sizes(i, F.col(first), F.col(last), k)
+    before = F.reverse(F.slice(F.col(fingerprints), i - n_before + 1, n_before))
+    after = F.slice(F.col(fingerprints), i + 2, n_after)
     return before, after
 
 
-def with_context(index_df: DataFrame, fingerprints_df: DataFrame, k: int) -> DataFrame:
-    """Located records (`ferry.migrate.context.INDEX_FIELDS`) with their context, before and
-    after, cut out of their partitions' fingerprints (`FINGERPRINT_FIELDS`, a broadcast: a
-    partition's fingerprints are 8 bytes a record read; they are cut in the join's own
-    projection, never copied whole into a row)."""
-    joined = index_df.join(F.broadcast(fingerprints_df), ["topic", "partition"])
-    before, after = _cut("fingerprints", "at", "first", "last", k)
-    return joined.select(
-        "topic", "partition", "offset", before.alias("before"), after.alias("after")
-    )
-
-
-def with_anchor_records(
-    anchors_df: DataFrame, src_records_df: DataFrame, src_fingerprints_df: DataFrame, k: int
+def with_context(
+    located_df: DataFrame,
+    fingerprints_df: DataFrame,
+    k: int,
+    partition: tuple[str, str] = ("topic", "partition"),
+    location: tuple[str, str, str] = ("at", "first", "last"),
+    names: tuple[str, str] = ("before", "after"),
 ) -> DataFrame:
-    """One row per position with its anchor record's hash and context (`ANCHORS_COLUMNS`).
+    """`located_df`'s rows with their records' context, before and after (`names`), cut out
+    of their partitions' fingerprints (`FINGERPRINT_FIELDS`, a broadcast: a partition's
+    fingerprints are 8 bytes a record read; they are cut in the join's own projection, never
+    copied whole into a row). `partition`: the columns naming a row's partition; `location`:
+    its record's index, its segment's first and last (`INDEX_FIELDS`); a row whose record is
+    not located (null) gets empty context."""
+    prints = F.broadcast(
+        fingerprints_df.select(
+            F.col("topic").alias(partition[0]),
+            F.col("partition").alias(partition[1]),
+            F.col("fingerprints").alias("_fingerprints"),
+        )
+    )
+    joined = located_df.join(prints, list(partition), "left")
+    before, after = _cut("_fingerprints", *location, k)
+    return joined.select(
+        *located_df.columns,
+        F.coalesce(before, _empty_context()).alias(names[0]),
+        F.coalesce(after, _empty_context()).alias(names[1]),
+    )
 
-    `anchors_df`: `ANCHORED_COLUMNS` and src_at, src_first, src_last — the anchor, chosen and
+
+def with_anchor_records(anchors_df: DataFrame, src_records_df: DataFrame) -> DataFrame:
+    """One row per position with its anchor record's hash (`ANCHORS_COLUMNS`).
+
+    `anchors_df`: `ANCHORED_COLUMNS` and `ANCHOR_LOCATION_COLUMNS` — the anchor, chosen and
     located on the driver (`ferry.migrate.anchors`, `ferry.migrate.context`; null for none).
-    Its context is cut out of the source fingerprints (`with_context`), its hash picked out
-    of the source records by a broadcast join: positions are few beside records."""
-    located = anchors_df.join(
-        F.broadcast(
-            _renamed(
-                src_fingerprints_df,
-                topic="src_topic",
-                partition="src_partition",
-                fingerprints="src_fingerprints",
-            )
-        ),
-        ["src_topic", "src_partition"],
-        "left",
-    )
-    before, after = _cut("src_fingerprints", "src_at", "src_first", "src_last", k)
-    a = located.select(
-        *ANCHORED_COLUMNS,
-        F.coalesce(before, _empty_context()).alias("src_before"),
-        F.coalesce(after, _empty_context()).alias("src_after"),
-    )
+    Its hash is picked out of the source records by a broadcast join: positions are few
+    beside records."""
     r = _renamed(
         src_records_df,
         topic="src_topic",
@@ -162,7 +182,7 @@ def with_anchor_records(
     keys = ["src_topic", "src_partition", "anchor_offset"]
     wanted = anchors_df.filter(F.col("anchor_kind") != "none").select(*keys).distinct()
     picked = r.join(F.broadcast(wanted), keys)
-    return a.join(picked, keys, "left").select(*ANCHORS_COLUMNS)
+    return anchors_df.join(picked, keys, "left").select(*ANCHORS_COLUMNS)
 
 
 def _renamed(df: DataFrame, **names: str) -> DataFrame:
@@ -171,10 +191,9 @@ def _renamed(df: DataFrame, **names: str) -> DataFrame:
     return df.select(*(F.col(old).alias(new) for old, new in names.items()))
 
 
-def _common_prefix(a: str, b: str) -> Column:
+def _common_prefix(x: Column, y: Column) -> Column:
     """Length of the common prefix of two arrays (0 when either is empty). Built from column
     functions, not SQL text: parsing SQL starts Spark's parser, half a second on a cold JVM."""
-    x, y = F.col(a), F.col(b)
     n = F.least(F.size(x), F.size(y))
     is_equal = F.transform(
         F.sequence(F.lit(1), n), lambda i: F.element_at(x, i) == F.element_at(y, i)
@@ -191,8 +210,10 @@ def _common_prefix(a: str, b: str) -> Column:
 
 def with_candidates(
     anchors_df: DataFrame,
+    src_fingerprints_df: DataFrame,
     dst_records_df: DataFrame,
-    dst_context_df: DataFrame,
+    dst_located: Located,
+    k: int,
     window_before_ms: int,
     window_after_ms: int,
     within_slices: bool = False,
@@ -200,12 +221,14 @@ def with_candidates(
     """One row per anchor × destination record with the anchor's hash inside the window;
     `within_slices`: and inside the anchor's own slice, [slice_start, slice_end), columns
     `anchors_df` carries (`ferry.migrate.slices.with_slices`) — a condition of the same join,
-    not another join. `dst_context_df` (`with_context`'s rows): the context
-    of at least every destination record that can be a candidate.
+    not another join. `src_fingerprints_df`: the fingerprints of the anchors' partitions
+    (`FINGERPRINT_FIELDS`); `dst_located`: at least every destination record that can be a
+    candidate, located.
 
     The destination's records are the large side: they meet the anchors' narrow columns
     (positions, few beside records) in a broadcast join and are never shuffled; only the
-    candidates found then fetch their context and their anchor's."""
+    candidates found then fetch their location and their anchor's, and both contexts are cut
+    and compared in one projection at the end."""
     a = anchors_df.filter(F.col("anchor_kind") != "none")
     bounds = ["slice_start", "slice_end"] if within_slices else []
     wanted = a.select(
@@ -232,23 +255,31 @@ def with_candidates(
     pairs = d.join(w, on).select(
         *ANCHOR_KEYS, "dst_topic", "dst_partition", "candidate_offset", "d_timestamp_ms"
     )
-    c = _renamed(
-        dst_context_df,
+    index = _renamed(
+        dst_located.index_df,
         topic="dst_topic",
         partition="dst_partition",
         offset="candidate_offset",
-        before="d_before",
-        after="d_after",
+        at="d_at",
+        first="d_first",
+        last="d_last",
     )
-    with_context = pairs.join(c, ["dst_topic", "dst_partition", "candidate_offset"])
-    anchors_context = a.select(*ANCHOR_KEYS, "src_before", "src_after")
-    return with_context.join(anchors_context, ANCHOR_KEYS).select(
+    located = pairs.join(index, ["dst_topic", "dst_partition", "candidate_offset"]).join(
+        a.select(*ANCHOR_KEYS, *ANCHOR_LOCATION_COLUMNS), ANCHOR_KEYS
+    )
+    src = ("src_topic", "src_partition")
+    cut = with_context(located, src_fingerprints_df, k, src, ("src_at", "src_first", "src_last"),
+                       ("src_before", "src_after"))  # fmt: skip
+    cut = with_context(cut, dst_located.fingerprints_df, k, ("dst_topic", "dst_partition"),
+                       ("d_at", "d_first", "d_last"), ("d_before", "d_after"))  # fmt: skip
+    _, d_after_size = _context_sizes(F.col("d_at"), F.col("d_first"), F.col("d_last"), k)
+    return cut.select(
         *ANCHOR_KEYS,
         "candidate_offset",
         F.col("d_timestamp_ms").alias("candidate_timestamp_ms"),
-        _common_prefix("src_before", "d_before").alias("match_before"),
-        _common_prefix("src_after", "d_after").alias("match_after"),
-        (F.size("d_after") > 0).alias("has_dst_next"),
+        _common_prefix(F.col("src_before"), F.col("d_before")).alias("match_before"),
+        _common_prefix(F.col("src_after"), F.col("d_after")).alias("match_after"),
+        (d_after_size > 0).alias("has_dst_next"),
     )
 
 
@@ -257,6 +288,7 @@ def resolve(
     candidates_df: DataFrame,
     dst_bounds_df: DataFrame,
     window_after_ms: int,
+    k: int,
 ) -> DataFrame:
     """Exactly one row per position with status and offset (`POSITION_COLUMNS`), and
     is_full_match (the destination search's test of a decided slice)."""
@@ -278,12 +310,11 @@ def resolve(
         ).alias("top"),
         F.max(F.struct("match_before", "match_after", "candidate_offset")).alias("top_last"),
     )
-    # Only the sizes of the anchors' context: the arrays (256 bytes a position at k = 16) were
-    # most of what this join shuffled (250,000 positions: 106 MiB).
+    before_size, after_size = _context_sizes(*(F.col(c) for c in ANCHOR_LOCATION_COLUMNS), k)
     anchors = anchors_df.select(
         *ANCHOR_RESULT_COLUMNS,
-        F.size("src_before").alias("src_before_size"),
-        F.size("src_after").alias("src_after_size"),
+        F.coalesce(before_size, F.lit(0)).alias("src_before_size"),
+        F.coalesce(after_size, F.lit(0)).alias("src_after_size"),
     )
     plan = anchors.join(best, ANCHOR_KEYS, "left").join(
         dst_bounds_df, ["dst_topic", "dst_partition"], "left"

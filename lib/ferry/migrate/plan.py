@@ -28,11 +28,11 @@ from ferry.migrate.discover import Discovery, discover, exact_partitions
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
     collect_rows,
-    context_of,
     destination_last_timestamps,
     destination_windows,
     extract_source_records,
     fingerprints_df,
+    located_records,
     read_records_and_offsets,
     window_offsets,
 )
@@ -185,16 +185,15 @@ def match_positions(
             context[key] = min(context.get(key, k), anchor.records_before)
             anchor_records.append(((topic, partition), anchor.offset))
     anchors_df = matching.with_anchor_records(
-        anchored_df(spark, rows, read, src_segments),
-        src_records_df,
-        fingerprints_df(spark, read, {tp for tp, _ in anchor_records}),
-        k,
+        anchored_df(spark, rows, read, src_segments), src_records_df
     )
+    # the anchors' context is cut from these where it is compared
+    src_prints_df = fingerprints_df(spark, read, {tp for tp, _ in anchor_records})
     # the destination records that may be candidates share an anchor's fingerprint
     anchor_prints = fingerprints_at(read, anchor_records)
     # cached while the destination is looked up and read, hash-partitioned by position: each
-    # search step joins it by position twice (the anchors' context, `resolve`), and a cache
-    # partitioned so is not shuffled for either (250,000 positions: about 100 MiB each)
+    # search step joins it by position twice (the anchors' locations, `resolve`), and a cache
+    # partitioned so is not shuffled for either
     anchors_df = anchors_df.repartition(
         int(spark.conf.get("spark.sql.shuffle.partitions")), *matching.ANCHOR_KEYS
     )
@@ -208,13 +207,14 @@ def match_positions(
         DST_BOUNDS_SCHEMA,
     )
     if cfg.matching.search == "full":
-        resolved = _match_windows(spark, dst, anchors_df, anchor_prints, slice_keys, dst_bounds,
-                                  bounds_df, cfg, progress)  # fmt: skip
+        resolved = _match_windows(spark, dst, anchors_df, src_prints_df, anchor_prints,
+                                  slice_keys, dst_bounds, bounds_df, cfg, progress)  # fmt: skip
     else:
         found = search.search_destination(
             spark,
             dst,
             anchors_df,
+            src_prints_df,
             anchor_prints,
             context,
             dst_bounds,
@@ -240,6 +240,7 @@ def _match_windows(
     spark: SparkSession,
     dst: Cluster,
     anchors_df: DataFrame,
+    src_prints_df: DataFrame,
     anchor_prints,  # noqa: ANN001 - numpy: the anchors' fingerprints
     slice_keys: list[tuple[str, int, int]],
     dst_bounds: dict,
@@ -265,14 +266,16 @@ def _match_windows(
     wanted = with_fingerprint_in(records, anchor_prints, records.keys())
     candidates_df = matching.with_candidates(
         anchors_df,
+        src_prints_df,
         records_df,
-        context_of(spark, records, book.read, wanted, k),
+        located_records(spark, records, book.read, wanted),
+        k,
         m.window_before_ms,
         m.window_after_ms,
     )
     progress("matching anchors to destination records")
     return collect_rows(
-        matching.resolve(anchors_df, candidates_df, bounds_df, m.window_after_ms).select(
+        matching.resolve(anchors_df, candidates_df, bounds_df, m.window_after_ms, k).select(
             *matching.POSITION_COLUMNS
         )
     )

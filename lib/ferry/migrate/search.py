@@ -50,13 +50,15 @@ from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors
 from ferry.migrate.anchors import PartitionRecords
 from ferry.migrate.context import with_fingerprint_in
-from ferry.migrate.extract import collect_rows, context_of, union_records
+from ferry.migrate.extract import collect_rows, located_records, union_records
 from ferry.migrate.lookups import first_positions, look_up_windows, verify_first
+from ferry.migrate.matching import Located
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.slices import (
     SLICE_KEYS,
     SLICE_KEYS_SCHEMA,
     SLICES_SCHEMA,
+    WHOLE_SLICES_SCHEMA,
     AnchorSlice,
     judge_slices,
     match_in_slices,
@@ -129,6 +131,7 @@ def search_destination(
     spark: SparkSession,
     dst: Cluster,
     anchors_df: DataFrame,
+    src_prints_df: DataFrame,
     anchor_prints,  # noqa: ANN001 - numpy int64: the anchors' fingerprints
     context: Mapping[tuple[str, int, int], int],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
@@ -142,9 +145,10 @@ def search_destination(
 
     `context`: the anchor positions (`SLICE_KEYS`: destination topic, partition, anchor
     timestamp) of `anchors_df`'s anchors, each with the records before them a match needs
-    (the least of its anchors' source context, at most k); `anchor_prints`: their anchors'
-    fingerprints (the destination records sharing one are the possible candidates, whose
-    context each step takes on the driver, `ferry.migrate.context`); `bounds_df`:
+    (the least of its anchors' source context, at most k); `src_prints_df`: the fingerprints
+    of the anchors' source partitions; `anchor_prints`: their anchors' fingerprints (the
+    destination records sharing one are the possible candidates, which each step locates on
+    the driver, `ferry.migrate.context`); `bounds_df`:
     `extract.DST_BOUNDS_SCHEMA`.
     `read(ranges)` reads offset ranges of the destination now and keeps them: a DataFrame,
     and the (topic, partition, offset, timestamp_ms, fingerprint) of its records on the
@@ -234,11 +238,12 @@ def search_destination(
             read_tables = [pa.concat_tables(read_tables)]
         # every record read so far, per partition: the candidates' context and the judging
         records = anchors.records_by_partition(read_tables[0]) if read_tables else {}
-        step_context_df = _candidates_context(spark, records, book, anchor_prints, reading, k)
+        located = _candidates(spark, records, book, anchor_prints, reading)
         records_df = union_records(spark, parts)
         step_df = step_query(
-            spark, anchors_df, records_df, step_context_df, reading, unanchored, bounds_df, cfg
-        )
+            spark, anchors_df, src_prints_df, records_df, located, reading, unanchored,
+            bounds_df, cfg,
+        )  # fmt: skip
         unanchored = False
         step_rows = [
             ((row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"]), row)
@@ -277,26 +282,26 @@ def search_destination(
     return SearchResult(rows, offsets_read, len(slices), step)
 
 
-def _candidates_context(
+def _candidates(
     spark: SparkSession,
     records: Mapping[TopicPartitionKey, PartitionRecords],
     book: RangeBook,
     anchor_prints,  # noqa: ANN001 - numpy
     reading: Mapping[tuple[str, int, int], AnchorSlice],
-    k: int,
-) -> DataFrame:
-    """The context of the records of the slices' partitions that share an anchor's
-    fingerprint (the possible candidates), within the intervals read so far (`records`: every
-    destination record read so far, per partition)."""
+) -> Located:
+    """The records of the slices' partitions that share an anchor's fingerprint (the possible
+    candidates), located within the intervals read so far (`records`: every destination
+    record read so far, per partition)."""
     wanted = with_fingerprint_in(records, anchor_prints, {(t, p) for t, p, _ in reading})
-    return context_of(spark, records, book.read, wanted, k)
+    return located_records(spark, records, book.read, wanted)
 
 
 def step_query(
     spark: SparkSession,
     anchors_df: DataFrame,
+    src_prints_df: DataFrame,
     records_df: DataFrame,
-    context_df: DataFrame,
+    located: Located,
     reading: Mapping[tuple[str, int, int], AnchorSlice],
     unanchored: bool,
     bounds_df: DataFrame,
@@ -309,9 +314,11 @@ def step_query(
     m = cfg.matching
     return match_in_slices(
         _only(spark, anchors_df, reading, unanchored),
+        src_prints_df,
         _in_partitions(spark, records_df, reading),
-        context_df,
+        located,
         bounds_df,
+        m.context,
         m.window_before_ms,
         m.window_after_ms,
     )
@@ -325,7 +332,8 @@ def _only(
 ) -> DataFrame:
     """The anchors of these slices with their slices' bounds as last read (and,
     `unanchored`, those with no anchor at all, which have no slice)."""
-    return with_slices(anchors_df, _slices_df(spark, slices), unanchored)
+    keyed_df, whole_df = _slices_dfs(spark, slices)
+    return with_slices(anchors_df, keyed_df, unanchored, whole_df)
 
 
 def _in_partitions(
@@ -362,19 +370,26 @@ def _read_whole(
 def _first_slice(position: int, log_start: int, log_end: int, k: int, whole: bool) -> AnchorSlice:
     """The anchor's millisecond and context, or (`whole`) its partition's whole log, which
     needs no look at all."""
-    s = AnchorSlice(position, log_start, log_end, before=0, after=FIRST_RADIUS)
+    s = AnchorSlice(position, log_start, log_end, before=0, after=FIRST_RADIUS, is_whole=whole)
     if whole:
         s.position, s.before, s.after = log_start, 0, max(SMALL_PARTITION, log_end - log_start)
     s.close_at_edges(k)
     return s
 
 
-def _slices_df(
+def _slices_dfs(
     spark: SparkSession, slices: Mapping[tuple[str, int, int], AnchorSlice]
-) -> DataFrame:
-    """The slices as rows, with the bounds last read."""
-    rows = [
-        (t, p, ts, s.position, *(s.read_bounds or (0, 0)), s.log_start, s.log_end)
-        for (t, p, ts), s in slices.items()
-    ]
-    return local_df(spark, rows, SLICES_SCHEMA)
+) -> tuple[DataFrame, DataFrame]:
+    """The slices with the bounds last read, as rows: one per anchor position
+    (`SLICES_SCHEMA`), and one per partition read whole (`WHOLE_SLICES_SCHEMA`)."""
+    rows, whole = [], {}
+    for (t, p, ts), s in slices.items():
+        start, end = s.read_bounds or (0, 0)
+        if s.is_whole:
+            whole[(t, p)] = (t, p, start, end)
+        else:
+            rows.append((t, p, ts, s.position, start, end, s.log_start, s.log_end))
+    return (
+        local_df(spark, rows, SLICES_SCHEMA),
+        local_df(spark, list(whole.values()), WHOLE_SLICES_SCHEMA),
+    )

@@ -51,6 +51,17 @@ SLICES_SCHEMA = StructType(
 )
 
 
+# A destination partition read whole: one slice for all its anchor positions
+WHOLE_SLICES_SCHEMA = StructType(
+    [
+        StructField("dst_topic", StringType(), False),
+        StructField("dst_partition", IntegerType(), False),
+        StructField("slice_start", LongType(), False),
+        StructField("slice_end", LongType(), False),
+    ]
+)
+
+
 @dataclass
 class AnchorSlice:
     """What is read around one anchor position; sides grow until decided or closed."""
@@ -67,6 +78,8 @@ class AnchorSlice:
     # The offsets a full read of the anchor's window reads (`extract.window_offsets`), once
     # looked up: a slice never reads past them, and a side that reaches them is closed.
     window: tuple[int, int] | None = None
+    # Its partition is read whole: the one slice of all the partition's anchor positions.
+    is_whole: bool = False
 
     def edges(self) -> tuple[int, int]:
         """The most a slice may read: its window's offsets when known, else the log."""
@@ -99,34 +112,65 @@ class AnchorSlice:
         return not self.is_decided and not (self.is_left_closed and self.is_right_closed)
 
 
-def with_slices(anchors_df: DataFrame, slices_df: DataFrame, unanchored: bool = False) -> DataFrame:
-    """The anchors of these slices (`SLICES_SCHEMA`), each with its slice's bounds,
-    slice_start and slice_end: a broadcast join, slices being few beside records.
+def with_slices(
+    anchors_df: DataFrame,
+    slices_df: DataFrame,
+    unanchored: bool = False,
+    whole_df: DataFrame | None = None,
+) -> DataFrame:
+    """The anchors of these slices (`SLICES_SCHEMA`; `whole_df`: and of the partitions read
+    whole, `WHOLE_SLICES_SCHEMA`), each with its slice's bounds, slice_start and slice_end:
+    broadcast joins, slices being few beside records. A partition read whole is one row,
+    not one a position (250,000 positions: 40 MiB broadcast twice a step).
     `unanchored`: and the positions with no anchor (kind "none"), which have no slice (null
-    bounds) — one outer join, not a union, which Spark analyses again over both plans."""
+    bounds) — outer joins, not a union, which Spark analyses again over both plans."""
     bounds = F.broadcast(slices_df.select(*SLICE_KEYS, "slice_start", "slice_end"))
-    if not unanchored:
-        return anchors_df.join(bounds, SLICE_KEYS)
     joined = anchors_df.join(bounds, SLICE_KEYS, "left")
-    return joined.filter(F.col("slice_start").isNotNull() | (F.col("anchor_kind") == "none"))
+    if whole_df is not None:
+        whole = F.broadcast(
+            whole_df.select(
+                "dst_topic",
+                "dst_partition",
+                F.col("slice_start").alias("whole_start"),
+                F.col("slice_end").alias("whole_end"),
+            )
+        )
+        joined = joined.join(whole, ["dst_topic", "dst_partition"], "left").select(
+            *anchors_df.columns,
+            F.coalesce("slice_start", "whole_start").alias("slice_start"),
+            F.coalesce("slice_end", "whole_end").alias("slice_end"),
+        )
+    has_slice = F.col("slice_start").isNotNull()
+    if unanchored:
+        has_slice = has_slice | (F.col("anchor_kind") == "none")
+    return joined.filter(has_slice).select(*anchors_df.columns, "slice_start", "slice_end")
 
 
 def match_in_slices(
     anchors_df: DataFrame,
+    src_fingerprints_df: DataFrame,
     records_df: DataFrame,
-    context_df: DataFrame,
+    located: matching.Located,
     bounds_df: DataFrame,
+    k: int,
     window_before_ms: int,
     window_after_ms: int,
 ) -> DataFrame:
     """Matching's row for each anchor (`matching.POSITION_COLUMNS`, and is_full_match: its
     top candidate matches its whole context at its own timestamp) from the candidates inside
-    its own slice (`anchors_df` from `with_slices`; `context_df`: the possible candidates'
-    context, `ferry.migrate.context`)."""
+    its own slice (`anchors_df` from `with_slices`; `src_fingerprints_df`: the fingerprints
+    of the anchors' partitions; `located`: the possible candidates, `ferry.migrate.context`)."""
     candidates_df = matching.with_candidates(
-        anchors_df, records_df, context_df, window_before_ms, window_after_ms, within_slices=True
+        anchors_df,
+        src_fingerprints_df,
+        records_df,
+        located,
+        k,
+        window_before_ms,
+        window_after_ms,
+        within_slices=True,
     )
-    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, window_after_ms)
+    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, window_after_ms, k)
     return resolved_df.select(*matching.POSITION_COLUMNS, "is_full_match")
 
 
