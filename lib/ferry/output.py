@@ -123,6 +123,35 @@ def json_fields(row: Mapping[str, Any], columns: Sequence[str]) -> str:
 _ENCODE = json.JSONEncoder(default=str).encode
 
 
+def json_fields_each(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list[str]:
+    """`json_fields` of each row (the same texts), built a column at a time with Arrow's
+    kernels: 250,000 rows of ten fields took 1.7 s encoded one by one. Whole numbers and
+    strings (and nulls) only; a column holding anything else has every row encoded by
+    `json_fields`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts: list = []
+    for i, column in enumerate(columns):
+        values = [r.get(column) for r in rows]
+        kinds = {type(v) for v in values} - {type(None)}
+        try:
+            if kinds <= {int}:
+                text = pc.cast(pa.array(values, pa.int64()), pa.string())
+            elif kinds == {str}:
+                coded = pa.array(values, pa.string()).dictionary_encode()
+                names = [_ENCODE(v) for v in coded.dictionary.to_pylist()]
+                text = pa.array(names, pa.string()).take(coded.indices)
+            else:
+                return [json_fields(r, columns) for r in rows]
+        except (pa.ArrowInvalid, OverflowError):  # a number beyond 64 bits
+            return [json_fields(r, columns) for r in rows]
+        parts += [("" if i == 0 else ", ") + _ENCODE(column) + ": ", pc.fill_null(text, "null")]
+    if not parts:
+        return [""] * len(rows)
+    return pc.binary_join_element_wise(*parts, "").to_pylist()
+
+
 def emit_json_lines(lines: Iterable[str]) -> None:
     """A JSON array on stdout from rows already encoded (`json_row`), one per line, written a
     chunk at a time — the text `emit_rows` writes for -o json."""

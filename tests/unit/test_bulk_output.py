@@ -152,3 +152,22 @@ def test_outcome_table_is_outcome_rows_column_wise():
     for name in ("group", "topic", "partition", "previous_offset", "status", "is_committed"):
         assert [r[name] for r in got] == [r[name] for r in want], name
     assert [r["message"] for r in got] == [r["message"] for r in want]
+
+
+def test_json_fields_each_is_json_fields_of_each_row():
+    from ferry.output import json_fields, json_fields_each
+
+    rows = [
+        {"t": 'a "quoted"\\ topic', "n": 0, "m": None, "s": "MATCHED", "big": 2**62},
+        {"t": "ünïcode", "n": -7, "m": 12, "s": "MATCHED"},  # "big" missing: null
+        {"t": "a", "n": 3, "m": None, "s": None, "big": 1},
+    ]
+    columns = ["t", "n", "m", "s", "big", "absent"]
+    assert json_fields_each(rows, columns) == [json_fields(r, columns) for r in rows]
+    assert json_fields_each(rows, ["n"]) == ['"n": 0', '"n": -7', '"n": 3']
+    # anything but whole numbers and strings: every row encoded as it was
+    for odd in (True, 1.5, b"\x01", 2**64, ["x"]):
+        mixed = [{**rows[0], "n": odd}, rows[1]]
+        assert json_fields_each(mixed, columns) == [json_fields(r, columns) for r in mixed]
+    assert json_fields_each([], columns) == []
+    assert json_fields_each(rows, []) == ["", "", ""]

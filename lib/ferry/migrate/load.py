@@ -16,12 +16,13 @@ from pyspark.sql import SparkSession
 
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
+from ferry.keys import TopicPartitionKey
 from ferry.migrate.decision import GroupDecision
 from ferry.migrate.difference import count_records
 from ferry.migrate.ledger_table import PlanTables
-from ferry.migrate.model import Plan
+from ferry.migrate.model import Plan, Position
 from ferry.migrate.spans import Count, Span, row_span, signed_difference
-from ferry.output import json_fields, json_row
+from ferry.output import json_fields_each, json_row
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import commit
 from ferry.write.ledger import BATCH_ROWS, PHASE_PLAN, Ledger
@@ -169,18 +170,16 @@ def output_rows(
 # around `previous_offset` and `difference` (which are the group's): `OUTPUT_COLUMNS` order.
 _BEFORE_GROUP = OUTPUT_COLUMNS[1:7]
 _AFTER_GROUP = OUTPUT_COLUMNS[9:13]
-_POSITION_FIELDS = _BEFORE_GROUP + _AFTER_GROUP
-_SEPARATOR = ", "
-_AFTER_KEY = f'{_SEPARATOR}"{_AFTER_GROUP[0]}": '
 
 
 def output_json(
     plan: Plan, decisions: Mapping[str, GroupDecision], counts: Mapping[Span, Count] | None
 ) -> Iterator[str]:
-    """`output_rows` as the JSON texts `-o json` prints, one per row (the same text). Each
-    position's fields are encoded once and joined with each group's: 640,000 rows as a dict
-    each, encoded one by one, took 12 s (load 9). Groups with rows made outside matching, or
-    whose rows carry a difference, go through `output_rows`."""
+    """`output_rows` as the JSON texts `-o json` prints, one per row (the same text). The
+    positions' fields are encoded once, column by column (`json_fields_each`), and joined
+    with each group's: 640,000 rows as a dict each, encoded one by one, took 12 s (load 9).
+    Groups with rows made outside matching, or whose rows carry a difference, go through
+    `output_rows`."""
     fields: dict = {}
     for group in plan.groups():
         decision = decisions[group]
@@ -189,29 +188,34 @@ def output_json(
             for row in output_rows_of(plan, group, decision, counts):
                 yield json_row(row, OUTPUT_COLUMNS)
             continue
+        if not fields:  # the first group that needs them: every position's, at once
+            fields = _position_fields(plan)
         head = '{"group": ' + json.dumps(group) + ", "
         tail = ', "group_status": ' + json.dumps(str(decision.status)) + ', "note": null}'
         previous = plan.previous.get(group) or {}
         for tp, offset in sorted(plan.exact.get(group, {}).items()):
-            position = (*tp, offset)
-            if (text := fields.get(position)) is None:
-                row = plan.positions[position]
-                # one encoding of both parts, cut where the first key after the group's
-                # fields opens (a quote inside a value is escaped, so this text is only ever
-                # the key's)
-                both = json_fields(row, _POSITION_FIELDS)
-                cut = both.index(_AFTER_KEY)
-                text = fields[position] = (
-                    both[:cut],
-                    both[cut + len(_SEPARATOR) :],
-                    (row["dst_topic"], row["dst_partition"]),
-                )
-            before, after, dst_tp = text
+            before, after, dst_tp = fields[(*tp, offset)]
             now = previous.get(dst_tp)
             yield (
                 f'{head}{before}, "previous_offset": {"null" if now is None else int(now)}, '
                 f'"difference": null, {after}{tail}'
             )
+
+
+def _position_fields(plan: Plan) -> dict[Position, tuple[str, str, TopicPartitionKey]]:
+    """Per position, its fields before and after the group's as JSON text, and its
+    destination partition."""
+    positions = list(plan.positions)
+    rows = [plan.positions[p] for p in positions]
+    dst = [(r["dst_topic"], r["dst_partition"]) for r in rows]
+    return dict(
+        zip(
+            positions,
+            zip(json_fields_each(rows, _BEFORE_GROUP), json_fields_each(rows, _AFTER_GROUP), dst,
+                strict=True),
+            strict=True,
+        )
+    )  # fmt: skip
 
 
 def output_rows_of(
