@@ -279,3 +279,10 @@ def test_every_anchor_of_a_partition_read_whole_takes_its_one_slice(spark):
 
     assert chosen(False) == [(1, 4, 20), (2, 0, 50), (3, 0, 50)]
     assert chosen(True) == [(1, 4, 20), (2, 0, 50), (3, 0, 50), (5, None, None)]
+    # either kind alone (None: there are none of it), or neither
+    only_whole = slices.with_slices(anchors_df, None, False, whole_df).collect()
+    assert sorted(r.committed_offset for r in only_whole) == [2, 3]
+    only_keyed = slices.with_slices(anchors_df, slices_df, False, None).collect()
+    assert [r.committed_offset for r in only_keyed] == [1]
+    neither = slices.with_slices(anchors_df, None, True, None).collect()
+    assert [(r.committed_offset, r.slice_start) for r in neither] == [(5, None)]

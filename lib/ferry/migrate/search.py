@@ -379,9 +379,10 @@ def _first_slice(position: int, log_start: int, log_end: int, k: int, whole: boo
 
 def _slices_dfs(
     spark: SparkSession, slices: Mapping[tuple[str, int, int], AnchorSlice]
-) -> tuple[DataFrame, DataFrame]:
+) -> tuple[DataFrame | None, DataFrame | None]:
     """The slices with the bounds last read, as rows: one per anchor position
-    (`SLICES_SCHEMA`), and one per partition read whole (`WHOLE_SLICES_SCHEMA`)."""
+    (`SLICES_SCHEMA`), and one per partition read whole (`WHOLE_SLICES_SCHEMA`); None where
+    there are none (a join less in the step's query)."""
     rows, whole = [], {}
     for (t, p, ts), s in slices.items():
         start, end = s.read_bounds or (0, 0)
@@ -390,6 +391,6 @@ def _slices_dfs(
         else:
             rows.append((t, p, ts, s.position, start, end, s.log_start, s.log_end))
     return (
-        local_df(spark, rows, SLICES_SCHEMA),
-        local_df(spark, list(whole.values()), WHOLE_SLICES_SCHEMA),
+        local_df(spark, rows, SLICES_SCHEMA) if rows else None,
+        local_df(spark, list(whole.values()), WHOLE_SLICES_SCHEMA) if whole else None,
     )

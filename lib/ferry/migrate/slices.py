@@ -114,36 +114,40 @@ class AnchorSlice:
 
 def with_slices(
     anchors_df: DataFrame,
-    slices_df: DataFrame,
+    slices_df: DataFrame | None,
     unanchored: bool = False,
     whole_df: DataFrame | None = None,
 ) -> DataFrame:
     """The anchors of these slices (`SLICES_SCHEMA`; `whole_df`: and of the partitions read
-    whole, `WHOLE_SLICES_SCHEMA`), each with its slice's bounds, slice_start and slice_end:
-    broadcast joins, slices being few beside records. A partition read whole is one row,
-    not one a position (250,000 positions: 40 MiB broadcast twice a step).
-    `unanchored`: and the positions with no anchor (kind "none"), which have no slice (null
-    bounds) — outer joins, not a union, which Spark analyses again over both plans."""
-    bounds = F.broadcast(slices_df.select(*SLICE_KEYS, "slice_start", "slice_end"))
-    joined = anchors_df.join(bounds, SLICE_KEYS, "left")
-    if whole_df is not None:
-        whole = F.broadcast(
-            whole_df.select(
-                "dst_topic",
-                "dst_partition",
-                F.col("slice_start").alias("whole_start"),
-                F.col("slice_end").alias("whole_end"),
+    whole, `WHOLE_SLICES_SCHEMA`; None: there are none), each with its slice's bounds,
+    slice_start and slice_end: broadcast joins, slices being few beside records. A partition
+    read whole is one row, not one a position (250,000 positions: 40 MiB broadcast twice a
+    step). `unanchored`: and the positions with no anchor (kind "none"), which have no slice
+    (null bounds) — outer joins, not a union, which Spark analyses again over both plans."""
+    joined, starts, ends = anchors_df, [], []
+    for df, keys, name in (
+        (slices_df, SLICE_KEYS, "key"),
+        (whole_df, ["dst_topic", "dst_partition"], "whole"),
+    ):
+        if df is not None:
+            bounds = df.select(
+                *keys,
+                F.col("slice_start").alias(f"{name}_start"),
+                F.col("slice_end").alias(f"{name}_end"),
             )
-        )
-        joined = joined.join(whole, ["dst_topic", "dst_partition"], "left").select(
-            *anchors_df.columns,
-            F.coalesce("slice_start", "whole_start").alias("slice_start"),
-            F.coalesce("slice_end", "whole_end").alias("slice_end"),
-        )
+            joined = joined.join(F.broadcast(bounds), keys, "left")
+            starts.append(F.col(f"{name}_start"))
+            ends.append(F.col(f"{name}_end"))
+    none = F.lit(None).cast(LongType())
+    out = joined.select(
+        *anchors_df.columns,
+        (F.coalesce(*starts) if starts else none).alias("slice_start"),
+        (F.coalesce(*ends) if ends else none).alias("slice_end"),
+    )
     has_slice = F.col("slice_start").isNotNull()
     if unanchored:
         has_slice = has_slice | (F.col("anchor_kind") == "none")
-    return joined.filter(has_slice).select(*anchors_df.columns, "slice_start", "slice_end")
+    return out.filter(has_slice)
 
 
 def match_in_slices(
