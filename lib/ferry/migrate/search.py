@@ -37,7 +37,7 @@ other groups happened to be in the same run.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -239,7 +239,7 @@ def search_destination(
         # every record read so far, per partition: the candidates' context and the judging
         records = anchors.records_by_partition(read_tables[0]) if read_tables else {}
         located = _candidates(spark, records, book, anchor_prints, reading)
-        records_df = union_records(spark, parts)
+        records_df = _in_partitions(spark, union_records(spark, parts), reading, records)
         step_df = step_query(
             spark, anchors_df, src_prints_df, records_df, located, reading, unanchored,
             bounds_df, cfg,
@@ -309,13 +309,13 @@ def step_query(
 ) -> DataFrame:
     """A step's one query (`match_in_slices`): the anchors of the slices read in it
     (`reading`, and with `unanchored` the positions with no anchor) matched inside their
-    slices, over the records of their partitions only. Whether a slice is decided is judged
-    on the driver afterwards (`judge_slices`)."""
+    slices, over `records_df` (`_in_partitions`). Whether a slice is decided is judged on the
+    driver afterwards (`judge_slices`)."""
     m = cfg.matching
     return match_in_slices(
         _only(spark, anchors_df, reading, unanchored),
         src_prints_df,
-        _in_partitions(spark, records_df, reading),
+        records_df,
         located,
         bounds_df,
         m.context,
@@ -337,10 +337,17 @@ def _only(
 
 
 def _in_partitions(
-    spark: SparkSession, records_df: DataFrame, slices: Mapping[tuple[str, int, int], AnchorSlice]
+    spark: SparkSession,
+    records_df: DataFrame,
+    slices: Mapping[tuple[str, int, int], AnchorSlice],
+    read: Iterable[TopicPartitionKey],
 ) -> DataFrame:
-    """The records of the slices' partitions."""
-    rows = sorted({(t, p) for t, p, _ in slices})
+    """The records of the slices' partitions, of those `read` so far: all of them, with no
+    join, when the slices are in every partition read (a first step's are)."""
+    wanted = {(t, p) for t, p, _ in slices}
+    if wanted.issuperset(read):
+        return records_df
+    rows = sorted(wanted)
     parts_df = local_df(spark, rows, SLICE_KEYS_SCHEMA[:2]).select(
         F.col("dst_topic").alias("topic"), F.col("dst_partition").alias("partition")
     )
