@@ -336,3 +336,23 @@ def test_a_read_with_offsets_is_read_once_and_kept(spark, cluster, path):
     delete_records(cluster.config, {(name, 0): 20, (name, 1): 20})
     assert df.count() == 35
     assert df.filter(F.col("partition") == 1).agg(F.min("offset")).first()[0] == 5
+
+
+def test_read_arrow_gives_the_rows_read_gives_on_either_path(spark, cluster, path):
+    name = f"arrow-{path}-{int(time.time() * 1000)}"
+    create_topics(cluster.config, {name: 2})
+    for p in (0, 1):
+        produce(cluster.config, name, p, [Record(b"k", f"v{i}".encode(), BASE_TS + i)
+                                          for i in range(12)])  # fmt: skip
+    ranges = [OffsetRange(name, 0, 2, 12), OffsetRange(name, 1, 0, 7)]
+    options = {"columns": ["topic", "partition", "offset", "timestamp"],
+               "hash_fields": ["key", "value"]}  # fmt: skip
+    c = on(path, cluster.config)
+    table = kafka.read_arrow(spark, c, ranges, **options)
+    assert table.column_names == ["topic", "partition", "offset", "timestamp", "sha256"]
+    millis = [int(t.timestamp() * 1000) for t in table["timestamp"].to_pylist()]
+    assert millis == [BASE_TS + o for o in table["offset"].to_pylist()]
+    keys = ["topic", "partition", "offset", "sha256"]
+    got = sorted(zip(*(table[col].to_pylist() for col in keys), strict=True))
+    rows = kafka.read(spark, c, ranges, **options).select(*keys).collect()
+    assert got == sorted(tuple(r) for r in rows) and len(got) == 17

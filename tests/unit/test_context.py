@@ -88,3 +88,26 @@ def test_fingerprints_at_keeps_the_order_asked_across_partitions():
     keys = [(("t", 1), 7), (("t", 0), 5), (("t", 1), 3), (("t", 0), 0), (("t", 0), 5)]
     assert context.fingerprints_at(records, keys).tolist() == [1007, 1005, 1003, 1000, 1005]
     assert context.fingerprints_at(records, []).tolist() == []
+
+
+def test_hashes_at_picks_each_records_hash_in_the_order_asked():
+    from ferry.migrate import anchors
+
+    read = pa.table(
+        {
+            "topic": ["t", "t", "u", "t"],
+            "partition": pa.array([0, 0, 0, 0], pa.int32()),
+            "offset": [7, 3, 5, 4],
+            "timestamp_ms": [1, 2, 3, 4],
+            "sha256": [b"h7", b"h3", b"u5", b"h4"],
+        }
+    )
+    records = anchors.records_by_partition(read)  # sorted per partition, hashes sliced along
+    keys = [(("u", 0), 5), (("t", 0), 3), (("t", 0), None), (("t", 0), 7), (("t", 0), 4)]
+    assert context.hashes_at(records, keys).to_pylist() == [b"u5", b"h3", None, b"h7", b"h4"]
+    assert context.hashes_at(records, [(("t", 0), None)]).to_pylist() == [None]
+    with pytest.raises(ValueError, match="not read"):
+        context.hashes_at(records, [(("t", 0), 6)])
+    unhashed = anchors.records_by_partition(read.drop_columns(["sha256"]))
+    with pytest.raises(ValueError, match="not read"):
+        context.hashes_at(unhashed, [(("t", 0), 3)])

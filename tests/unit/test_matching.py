@@ -32,11 +32,12 @@ def records(spark, topic, values, *, first_offset=0, ts=None, offsets=None):
 
 
 def on_driver(records_df):
-    """What a read of these records brings to the driver (`extract.read_records_and_offsets`),
-    per partition (`anchors.records_by_partition`), and its read intervals: one per partition,
-    from its first record to its last."""
+    """What a read of these records brings to the driver (`extract.extract_source_records`: a
+    destination read brings no hashes, which nothing here asks of it), per partition
+    (`anchors.records_by_partition`), and its read intervals: one per partition, from its
+    first record to its last."""
     table = records_df.toArrow()
-    read = table.select(["topic", "partition", "offset", "timestamp_ms"]).append_column(
+    read = table.select(["topic", "partition", "offset", "timestamp_ms", "sha256"]).append_column(
         "fingerprint", pa.array(hashing.fingerprints(table.column("sha256")))
     )
     by_tp = anchors.records_by_partition(read)
@@ -59,12 +60,12 @@ def source_prints(spark, src_df):
 
 def anchors_of(spark, positions, src_df):
     """The anchors of `positions` (POSITIONS_SCHEMA tuples) among `src_df`'s records, as
-    migrate finds them: chosen and located on the driver (`anchors.nearest_records`,
-    `plan.anchored_df`), their hashes joined in Spark."""
+    migrate finds them: chosen, located and hashed on the driver (`anchors.nearest_records`,
+    `plan.anchored_df`)."""
     by_tp, segments = on_driver(src_df)
     nearest = anchors.nearest_records([(t, p, c) for t, p, c, *_ in positions], by_tp)
     rows = [(*row, *nearest[row[:3]][:3]) for row in positions]
-    return matching.with_anchor_records(anchored_df(spark, rows, by_tp, segments), src_df)
+    return anchored_df(spark, rows, by_tp, segments)
 
 
 def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, dst_last=None):

@@ -96,6 +96,36 @@ def read_with_offsets(
     return df, out
 
 
+def read_arrow(
+    spark: SparkOrLater,
+    cluster: Cluster,
+    ranges: Sequence[OffsetRange],
+    *,
+    columns: Sequence[str],
+    hash_fields: Sequence[str] = (),
+    ignore_headers: Sequence[str] = (),
+):  # noqa: ANN201 - pyarrow imported lazily
+    """The records of `ranges` as `read` gives them, on the driver as one Arrow table and not
+    as a DataFrame, for a caller that needs them only there: a driver read's own table (no
+    session asked for, nothing handed to Spark), a Spark read's rows through `toArrow` (its
+    one job, nothing kept)."""
+    schema = output_schema(columns, bool(hash_fields))
+    if cluster.reads_on_driver(total_offsets(ranges), columns):
+        return read_table(
+            cluster, ranges, schema.fieldNames(), hash_fields=hash_fields,
+            ignore_headers=ignore_headers,
+        )  # fmt: skip
+    df = read_with_spark(
+        session_of(spark),
+        cluster,
+        ranges,
+        columns=schema.fieldNames(),
+        hash_fields=hash_fields,
+        ignore_headers=ignore_headers,
+    )
+    return df.toArrow()
+
+
 def _read(
     spark: SparkOrLater,
     cluster: Cluster,

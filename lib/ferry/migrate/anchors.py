@@ -6,9 +6,11 @@ Neighbour means the nearest record read, never C - 1: compaction and transaction
 leave gaps. The driver already holds the offset and timestamp of every source record read
 (`extract`, as Arrow), so this is a sorted search per partition, milliseconds for 250,000
 positions, where the same rule in Spark sorted every record beside a marker per position (four
-seconds at 60,000 positions on 640,000 records) and was the run's first Spark job. Spark then
-picks the anchors' records, hash and context, out of what it read (`matching.with_anchor_records`).
-The anchors' timestamps also tell the destination search where to look before Spark runs.
+seconds at 60,000 positions on 640,000 records) and was the run's first Spark job. Their
+hashes are picked there too (the source read brings each record's SHA-256 to the driver,
+`ferry.migrate.context.hashes_at`), and Spark cuts their context where it compares it
+(`matching.with_candidates`). The anchors' timestamps also tell the destination search where
+to look before Spark runs.
 
 Pure: numpy and pyarrow, no Spark, no Kafka client.
 """
@@ -30,6 +32,7 @@ class PartitionRecords(NamedTuple):
     offsets: Any
     timestamps: Any
     fingerprints: Any = None  # when the read brought them (`ferry.hashing.fingerprints`)
+    hashes: Any = None  # the records' SHA-256s (Arrow), when the read brought them
 
 
 class Anchor(NamedTuple):
@@ -43,8 +46,9 @@ NO_ANCHOR = Anchor("none", None, None)
 
 
 def records_by_partition(read) -> dict[TopicPartitionKey, PartitionRecords]:  # noqa: ANN001
-    """An Arrow table of (topic, partition, offset, timestamp_ms, and maybe fingerprint) as,
-    per partition, its offsets in order, their timestamps and fingerprints."""
+    """An Arrow table of (topic, partition, offset, timestamp_ms, and maybe fingerprint and
+    sha256) as, per partition, its offsets in order, their timestamps, fingerprints and
+    hashes."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -58,13 +62,17 @@ def records_by_partition(read) -> dict[TopicPartitionKey, PartitionRecords]:  # 
     offsets = table.column("offset").to_numpy()
     stamps = table.column("timestamp_ms").to_numpy()
     prints = table.column("fingerprint").to_numpy() if "fingerprint" in table.column_names else None
+    hashes = table.column("sha256").combine_chunks() if "sha256" in table.column_names else None
     is_new = (topic_ids[1:] != topic_ids[:-1]) | (partitions[1:] != partitions[:-1])
     starts = np.flatnonzero(np.concatenate(([True], is_new)))
     ends = np.append(starts[1:], len(offsets))
     names = topics.dictionary.to_pylist()
     return {
         (names[topic_ids[s]], int(partitions[s])): PartitionRecords(
-            offsets[s:e], stamps[s:e], None if prints is None else prints[s:e]
+            offsets[s:e],
+            stamps[s:e],
+            None if prints is None else prints[s:e],
+            None if hashes is None else hashes.slice(s, e - s),
         )
         for s, e in zip(starts, ends, strict=True)
     }
@@ -83,7 +91,7 @@ def nearest_records(positions: Iterable[Position], records: Mapping) -> dict[Pos
         if (t, p) not in records:
             out.update({(t, p, c): NO_ANCHOR for c in committed})
             continue
-        offsets, stamps, _ = records[(t, p)]
+        offsets, stamps = records[(t, p)][:2]
         at = np.searchsorted(offsets, np.asarray(committed, dtype=offsets.dtype), side="left")
         for c, i in zip(committed, at.tolist(), strict=True):
             if i > 0:

@@ -147,6 +147,36 @@ def fingerprints_at(
     return out
 
 
+def hashes_at(
+    records: Mapping[TopicPartitionKey, PartitionRecords],
+    keys: Sequence[tuple[TopicPartitionKey, int | None]],
+):  # noqa: ANN201 - pyarrow imported lazily
+    """The SHA-256 of each (partition, offset read) of `keys`, in their order, null where the
+    offset is None: an Arrow binary array, from the hashes the read brought
+    (`PartitionRecords.hashes`)."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows: dict[TopicPartitionKey, list[int]] = {}
+    for row, (tp, offset) in enumerate(keys):
+        if offset is not None:
+            rows.setdefault(tp, []).append(row)
+    parts, order = [], []
+    for tp, members in rows.items():
+        part = records[tp]
+        at = np.fromiter((keys[r][1] for r in members), dtype=np.int64, count=len(members))
+        i = np.minimum(np.searchsorted(part.offsets, at), len(part.offsets) - 1)
+        if part.hashes is None or np.any(part.offsets[i] != at):
+            raise ValueError("hash asked of a record that was not read, or read without it")
+        parts.append(part.hashes.take(pa.array(i)))
+        order.append(np.asarray(members, dtype=np.int64))
+    where = np.full(len(keys), -1, dtype=np.int64)  # each row's place among the parts
+    if order:
+        where[np.concatenate(order)] = np.arange(sum(len(o) for o in order))
+    taken = pa.concat_arrays(parts) if parts else pa.array([], pa.binary())
+    return taken.take(pa.array(where, mask=where < 0))
+
+
 def with_fingerprint_in(
     records: Mapping[TopicPartitionKey, PartitionRecords],
     fingerprints,  # noqa: ANN001 - numpy int64 array

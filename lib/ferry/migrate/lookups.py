@@ -72,7 +72,7 @@ def verify_first(
     none = anchors.PartitionRecords(np.empty(0, np.int64), np.empty(0, np.int64))
     wrong = set()
     for key, s in slices.items():
-        offsets, stamps, _ = by_tp.get(key[:2], none)
+        offsets, stamps = by_tp.get(key[:2], none)[:2]
         i = int(np.searchsorted(offsets, s.position))
         # the slice's own range was read whole: a record of it at or after P is in the table
         end = s.read_bounds[1] if s.read_bounds else s.position

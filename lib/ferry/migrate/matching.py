@@ -15,8 +15,9 @@ partition its position's result afterwards, on the driver):
    2k fingerprints a row were most of what the anchors' cache held and the joins shuffled.
 2. The anchor of each committed offset C: the last source record before C ("last"), or when
    nothing precedes C the first record at or after it ("next"), or neither ("none": the
-   source has nothing before or after C). It is chosen and located on the driver, which
-   holds the offsets read (`ferry.migrate.anchors`); `with_anchor_records` adds its hash.
+   source has nothing before or after C). It is chosen, located and its hash picked on the
+   driver, which holds the source records read (`ferry.migrate.anchors`,
+   `ferry.migrate.context`).
 3. `with_candidates` joins anchors to destination records with the same SHA-256 whose
    timestamp is within [anchor − window_before_ms, anchor + window_after_ms], and scores
    each candidate by the length of the common prefix of its neighbours and the anchor's,
@@ -66,7 +67,7 @@ ANCHORED_COLUMNS = [*COMMITTED_COLUMNS, "anchor_kind", "anchor_offset", "anchor_
 # where an anchor record is among its partition's fingerprints (`ferry.migrate.context`:
 # its index, and its segment's first and last; null for none)
 ANCHOR_LOCATION_COLUMNS = ["src_at", "src_first", "src_last"]
-# a position with its anchor's hash and location (`with_anchor_records`)
+# a position with its anchor's hash and location (`ferry.migrate.plan.anchored_df`)
 ANCHORS_COLUMNS = [
     *COMMITTED_COLUMNS,
     "anchor_kind",
@@ -163,26 +164,6 @@ def with_context(
         F.coalesce(before, _empty_context()).alias(names[0]),
         F.coalesce(after, _empty_context()).alias(names[1]),
     )
-
-
-def with_anchor_records(anchors_df: DataFrame, src_records_df: DataFrame) -> DataFrame:
-    """One row per position with its anchor record's hash (`ANCHORS_COLUMNS`).
-
-    `anchors_df`: `ANCHORED_COLUMNS` and `ANCHOR_LOCATION_COLUMNS` — the anchor, chosen and
-    located on the driver (`ferry.migrate.anchors`, `ferry.migrate.context`; null for none).
-    Its hash is picked out of the source records by a broadcast join: positions are few
-    beside records."""
-    r = _renamed(
-        src_records_df,
-        topic="src_topic",
-        partition="src_partition",
-        offset="anchor_offset",
-        sha256="anchor_sha256",
-    )
-    keys = ["src_topic", "src_partition", "anchor_offset"]
-    wanted = anchors_df.filter(F.col("anchor_kind") != "none").select(*keys).distinct()
-    picked = r.join(F.broadcast(wanted), keys)
-    return anchors_df.join(picked, keys, "left").select(*ANCHORS_COLUMNS)
 
 
 def _renamed(df: DataFrame, **names: str) -> DataFrame:

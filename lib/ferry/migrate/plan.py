@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
+    BinaryType,
     IntegerType,
     LongType,
     StringType,
@@ -23,7 +24,7 @@ from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors, matching, search
-from ferry.migrate.context import fingerprints_at, locate_each, with_fingerprint_in
+from ferry.migrate.context import fingerprints_at, hashes_at, locate_each, with_fingerprint_in
 from ferry.migrate.discover import Discovery, discover, exact_partitions
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
@@ -73,10 +74,12 @@ ANCHORED_SCHEMA = StructType(
         StructField("anchor_timestamp_ms", LongType(), True),
     ]
 )
-# and where the anchor is among the records read (`ferry.migrate.context.locate`)
-ANCHORED_LOCATED_SCHEMA = StructType(
+# and its record's hash and where it is among the records read
+# (`ferry.migrate.context.locate`): `matching.ANCHORS_COLUMNS`
+ANCHORS_SCHEMA = StructType(
     [
         *ANCHORED_SCHEMA.fields,
+        StructField("anchor_sha256", BinaryType(), True),
         StructField("src_at", IntegerType(), True),
         StructField("src_first", IntegerType(), True),
         StructField("src_last", IntegerType(), True),
@@ -90,15 +93,17 @@ def anchored_df(
     records: dict[TopicPartitionKey, anchors.PartitionRecords],
     segments: dict[TopicPartitionKey, list[tuple[int, int]]],
 ) -> DataFrame:
-    """Positions with their anchors (`ANCHORED_SCHEMA` rows), each anchor located among the
-    source records read (`anchors.records_by_partition`, the intervals read), as a DataFrame
-    (`ANCHORED_LOCATED_SCHEMA`)."""
+    """Positions with their anchors (`ANCHORED_SCHEMA` rows), each anchor's hash and where it
+    is among the source records read (`anchors.records_by_partition`, the intervals read),
+    all taken on the driver, as a DataFrame (`ANCHORS_SCHEMA`)."""
     keys = [((r[0], r[1]), r[8] if r[7] != "none" else None) for r in rows]
-    table = local_table(rows, ANCHORED_SCHEMA)
+    table = local_table(rows, ANCHORED_SCHEMA).append_column(
+        "anchor_sha256", hashes_at(records, keys)
+    )
     for name, column in zip(("src_at", "src_first", "src_last"),
                             locate_each(records, segments, keys), strict=True):  # fmt: skip
         table = table.append_column(name, column)
-    return arrow_df(spark, table, ANCHORED_LOCATED_SCHEMA)
+    return arrow_df(spark, table, ANCHORS_SCHEMA)
 
 
 def build_plan(
@@ -163,9 +168,7 @@ def match_positions(
     """Matching's row for each position (`matching.POSITION_COLUMNS`)."""
     k = cfg.matching.context
     progress(f"matching {len(wanted)} distinct committed positions")
-    src_records_df, read, src_segments = extract_source_records(
-        spark, src, wanted, disc, cfg, progress
-    )
+    read, src_segments = extract_source_records(spark, src, wanted, disc, cfg, progress)
     spark = session_of(spark)
     nearest = anchors.nearest_records(wanted, read)
     rows = []
@@ -184,9 +187,7 @@ def match_positions(
             key = (dst_topic, partition, anchor.timestamp_ms)
             context[key] = min(context.get(key, k), anchor.records_before)
             anchor_records.append(((topic, partition), anchor.offset))
-    anchors_df = matching.with_anchor_records(
-        anchored_df(spark, rows, read, src_segments), src_records_df
-    )
+    anchors_df = anchored_df(spark, rows, read, src_segments)
     # the anchors' context is cut from these where it is compared
     src_prints_df = fingerprints_df(spark, read, {tp for tp, _ in anchor_records})
     # the destination records that may be candidates share an anchor's fingerprint
