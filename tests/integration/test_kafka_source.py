@@ -311,16 +311,22 @@ def test_a_stalled_read_resumes_on_a_fresh_consumer_where_it_stopped(proxied):
     assert offsets == list(range(3000))
 
 
+def two_partitions(cluster, prefix: str, n: int) -> str:
+    """A new topic of two partitions of `n` records each (offset i: value vi, BASE_TS + i)."""
+    name = f"{prefix}-{int(time.time() * 1000)}"
+    create_topics(cluster.config, {name: 2})
+    for p in (0, 1):
+        produce(cluster.config, name, p, [Record(b"k", f"v{i}".encode(), BASE_TS + i)
+                                          for i in range(n)])  # fmt: skip
+    return name
+
+
 def test_a_read_with_offsets_is_read_once_and_kept(spark, cluster, path):
     # The records are deleted from the topic once the read returns: every later use of its
     # DataFrame must still see them all (kept in memory or in Spark's cache, not read again).
     from ferry.testing.produce import delete_records
 
-    name = f"kept-{path}-{int(time.time() * 1000)}"
-    create_topics(cluster.config, {name: 2})
-    for p in (0, 1):
-        produce(cluster.config, name, p, [Record(b"k", f"v{i}".encode(), BASE_TS + i)
-                                          for i in range(20)])  # fmt: skip
+    name = two_partitions(cluster, f"kept-{path}", 20)
     df, offsets = kafka.read_with_offsets(
         spark,
         on(path, cluster.config),
@@ -339,11 +345,7 @@ def test_a_read_with_offsets_is_read_once_and_kept(spark, cluster, path):
 
 
 def test_read_arrow_gives_the_rows_read_gives_on_either_path(spark, cluster, path):
-    name = f"arrow-{path}-{int(time.time() * 1000)}"
-    create_topics(cluster.config, {name: 2})
-    for p in (0, 1):
-        produce(cluster.config, name, p, [Record(b"k", f"v{i}".encode(), BASE_TS + i)
-                                          for i in range(12)])  # fmt: skip
+    name = two_partitions(cluster, f"arrow-{path}", 12)
     ranges = [OffsetRange(name, 0, 2, 12), OffsetRange(name, 1, 0, 7)]
     options = {"columns": ["topic", "partition", "offset", "timestamp"],
                "hash_fields": ["key", "value"]}  # fmt: skip

@@ -86,22 +86,30 @@ def read_records_and_offsets(
 ):  # noqa: ANN201 - (DataFrame, Arrow table of topic, partition, offset, timestamp_ms, ...)
     """`read_records`, and the offsets, timestamps and (`fingerprints`) fingerprints of the
     records read, on the driver as Arrow."""
+
+    df, offsets = kafka.read_with_offsets(
+        spark, cluster, ranges, **_read_options(cfg), fingerprints=fingerprints
+    )
+    return as_records(df), offsets.drop_columns(["timestamp"]).append_column(
+        "timestamp_ms", _millis(offsets)
+    )
+
+
+def _read_options(cfg: FerryConfig) -> dict:
+    """What matching reads of a record: `READ_COLUMNS` and the hash of the configured fields."""
+    return {
+        "columns": READ_COLUMNS,
+        "hash_fields": cfg.matching.hash,
+        "ignore_headers": cfg.matching.ignore_headers,
+    }
+
+
+def _millis(table):  # noqa: ANN001, ANN202 - pyarrow
+    """A read table's timestamps as epoch milliseconds."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    df, offsets = kafka.read_with_offsets(
-        spark,
-        cluster,
-        ranges,
-        columns=READ_COLUMNS,
-        hash_fields=cfg.matching.hash,
-        ignore_headers=cfg.matching.ignore_headers,
-        fingerprints=fingerprints,
-    )
-    records_df = as_records(df)
-    millis = pc.divide(pc.cast(offsets.column("timestamp"), pa.int64()), 1000)
-    read = offsets.drop_columns(["timestamp"]).append_column("timestamp_ms", millis)
-    return records_df, read
+    return pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000)
 
 
 def as_records(read_df: DataFrame) -> DataFrame:
@@ -165,24 +173,15 @@ def _read_hashed(
     """The records of `ranges` on the driver only (`kafka.read_arrow`): topic, partition,
     offset, timestamp_ms, sha256 and fingerprint."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    table = kafka.read_arrow(
-        spark,
-        cluster,
-        ranges,
-        columns=READ_COLUMNS,
-        hash_fields=cfg.matching.hash,
-        ignore_headers=cfg.matching.ignore_headers,
-    )
-    millis = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000)
+    table = kafka.read_arrow(spark, cluster, ranges, **_read_options(cfg))
     hashes = table.column("sha256")
     return pa.table(
         {
             "topic": table.column("topic"),
             "partition": table.column("partition"),
             "offset": table.column("offset"),
-            "timestamp_ms": millis,
+            "timestamp_ms": _millis(table),
             "sha256": hashes,
             "fingerprint": pa.array(hashing.fingerprints(hashes)),
         }
