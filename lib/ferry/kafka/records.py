@@ -109,21 +109,8 @@ def read_arrow(
     as a DataFrame, for a caller that needs them only there: a driver read's own table (no
     session asked for, nothing handed to Spark), a Spark read's rows through `toArrow` (its
     one job, nothing kept)."""
-    schema = output_schema(columns, bool(hash_fields))
-    if cluster.reads_on_driver(total_offsets(ranges), columns):
-        return read_table(
-            cluster, ranges, schema.fieldNames(), hash_fields=hash_fields,
-            ignore_headers=ignore_headers,
-        )  # fmt: skip
-    df = read_with_spark(
-        session_of(spark),
-        cluster,
-        ranges,
-        columns=schema.fieldNames(),
-        hash_fields=hash_fields,
-        ignore_headers=ignore_headers,
-    )
-    return df.toArrow()
+    table, df = _read_where(spark, cluster, ranges, columns, hash_fields, ignore_headers, False)
+    return table if df is None else df.toArrow()
 
 
 def _read(
@@ -136,6 +123,27 @@ def _read(
     to_next_record: bool,
     keep: bool,
 ):  # noqa: ANN202 - (DataFrame, the driver read's Arrow table or None)
+    table, df = _read_where(
+        spark, cluster, ranges, columns, hash_fields, ignore_headers, to_next_record
+    )
+    if df is None:
+        return arrow_df(session_of(spark), table, output_schema(columns, bool(hash_fields))), table
+    if keep:  # persisted; the caller's first action reads it (`read`: a count)
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    return df, None
+
+
+def _read_where(
+    spark: SparkOrLater,
+    cluster: Cluster,
+    ranges: Sequence[OffsetRange],
+    columns: Sequence[str],
+    hash_fields: Sequence[str],
+    ignore_headers: Sequence[str],
+    to_next_record: bool,
+):  # noqa: ANN202 - (the driver read's Arrow table, None) or (None, the Spark read's DataFrame)
+    """The one decision of where a read runs (`Cluster.reads_on_driver`): on the driver, read
+    now, with no session asked for; else a DataFrame of the `ferry-kafka` data source."""
     schema = output_schema(columns, bool(hash_fields))
     if cluster.reads_on_driver(total_offsets(ranges), columns):
         table = read_table(
@@ -146,11 +154,9 @@ def _read(
             ignore_headers=ignore_headers,
             to_next_record=to_next_record,
         )
-        session = session_of(spark)
-        return arrow_df(session, table, schema), table
-    session = session_of(spark)
+        return table, None
     df = read_with_spark(
-        session,
+        session_of(spark),
         cluster,
         ranges,
         columns=schema.fieldNames(),
@@ -158,9 +164,7 @@ def _read(
         ignore_headers=ignore_headers,
         to_next_record=to_next_record,
     )
-    if keep:  # persisted; the caller's first action reads it (`read`: a count)
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-    return df, None
+    return None, df
 
 
 def read_table(

@@ -72,15 +72,26 @@ def locate_each(
     n = len(keys)
     out = [np.zeros(n, np.int64) for _ in range(3)]
     is_none = np.fromiter((offset is None for _, offset in keys), dtype=bool, count=n)
-    per_tp: dict[TopicPartitionKey, list[int]] = {}
-    for row, (tp, offset) in enumerate(keys):
-        if offset is not None:
-            per_tp.setdefault(tp, []).append(row)
-    for tp, rows in per_tp.items():
-        at = np.asarray([keys[r][1] for r in rows], dtype=np.int64)
+    for tp, (rows, at) in _by_partition(keys).items():
         for column, values in zip(out, locate(records[tp], segments[tp], at), strict=True):
             column[rows] = values
     return tuple(pa.array(c, pa.int32(), mask=is_none) for c in out)
+
+
+def _by_partition(keys: Sequence[tuple[TopicPartitionKey, int | None]]):  # noqa: ANN202 - numpy
+    """Per partition of `keys` (partition, offset or None), the rows whose offset is given and
+    those offsets: two numpy int64 arrays."""
+    import numpy as np
+
+    rows: dict[TopicPartitionKey, list[int]] = {}
+    for row, (tp, offset) in enumerate(keys):
+        if offset is not None:
+            rows.setdefault(tp, []).append(row)
+    return {
+        tp: (np.asarray(members, dtype=np.int64),
+             np.fromiter((keys[r][1] for r in members), dtype=np.int64, count=len(members)))
+        for tp, members in rows.items()
+    }  # fmt: skip
 
 
 def index_table(
@@ -137,13 +148,9 @@ def fingerprints_at(
     import numpy as np
 
     out = np.empty(len(keys), dtype=np.int64)
-    rows: dict[TopicPartitionKey, list[int]] = {}
-    for row, (tp, _) in enumerate(keys):
-        rows.setdefault(tp, []).append(row)
-    for tp, members in rows.items():
+    for tp, (rows, at) in _by_partition(keys).items():
         part = records[tp]
-        at = np.fromiter((keys[r][1] for r in members), dtype=np.int64, count=len(members))
-        out[members] = part.fingerprints[np.searchsorted(part.offsets, at)]
+        out[rows] = part.fingerprints[np.searchsorted(part.offsets, at)]
     return out
 
 
@@ -157,19 +164,14 @@ def hashes_at(
     import numpy as np
     import pyarrow as pa
 
-    rows: dict[TopicPartitionKey, list[int]] = {}
-    for row, (tp, offset) in enumerate(keys):
-        if offset is not None:
-            rows.setdefault(tp, []).append(row)
     parts, order = [], []
-    for tp, members in rows.items():
+    for tp, (rows, at) in _by_partition(keys).items():
         part = records[tp]
-        at = np.fromiter((keys[r][1] for r in members), dtype=np.int64, count=len(members))
         i = np.minimum(np.searchsorted(part.offsets, at), len(part.offsets) - 1)
         if part.hashes is None or np.any(part.offsets[i] != at):
             raise ValueError("hash asked of a record that was not read, or read without it")
         parts.append(part.hashes.take(pa.array(i)))
-        order.append(np.asarray(members, dtype=np.int64))
+        order.append(rows)
     where = np.full(len(keys), -1, dtype=np.int64)  # each row's place among the parts
     if order:
         where[np.concatenate(order)] = np.arange(sum(len(o) for o in order))
