@@ -175,3 +175,44 @@ def test_the_environment_leaves_spark_to_spark_and_the_zip_leaves_tests_home(
         zipped = zf.namelist()
     assert "ferry/cli.py" in zipped and "ferry/migrate/decision.py" in zipped
     assert not [n for n in zipped if n.startswith(("ferry/testing/", "ferry/demo"))], zipped
+
+
+def test_the_zip_carries_bytecode_that_a_changed_source_overrides(tmp_path, monkeypatch):
+    """Python never writes bytecode into a zip it imports from, so the zip carries it: a job
+    imports the library without compiling it. The bytecode is checked against its source by
+    hash: a zip whose source differs from it imports the source."""
+    import importlib.util
+    import subprocess
+    import sys
+    import zipfile
+
+    path = Path(__file__).resolve().parents[2] / "lib" / "ferry" / "packaging.py"
+    spec = importlib.util.spec_from_file_location("ferry_packaging_bytecode", path)
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    monkeypatch.setattr(builder, "BUILD", tmp_path)
+    monkeypatch.setattr(builder, "LIB_ZIP", tmp_path / "ferry-lib.zip")
+    built = builder.build_lib_zip()
+    with zipfile.ZipFile(built) as zf:
+        names = set(zf.namelist())
+        entries = {n: zf.read(n) for n in names}
+    sources = {n for n in names if n.endswith(".py")}
+    assert sources and {n + "c" for n in sources} == names - sources
+
+    def imported(zip_path: Path) -> list[str]:
+        code = "import ferry, ferry.errors as e; print(e.__file__); print(ferry.__version__)"
+        env = {"PYTHONPATH": str(zip_path)}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, check=True)  # fmt: skip
+        return out.stdout.split()
+
+    where, version = imported(built)
+    assert where.endswith("ferry/errors.pyc"), where  # the bytecode, not a compile
+    changed = tmp_path / "changed.zip"
+    with zipfile.ZipFile(changed, "w") as zf:
+        for name, data in entries.items():
+            if name == "ferry/__init__.py":
+                data += b"\n__version__ = 'changed'\n"
+            zf.writestr(name, data)
+    assert imported(changed)[1] == "changed" != version
