@@ -321,25 +321,23 @@ def two_partitions(cluster, prefix: str, n: int) -> str:
     return name
 
 
-def test_a_read_with_offsets_is_read_once_and_kept(spark, cluster, path):
+def test_a_kept_read_is_read_once(spark, cluster, path):
     # The records are deleted from the topic once the read returns: every later use of its
     # DataFrame must still see them all (kept in memory or in Spark's cache, not read again).
     from ferry.testing.produce import delete_records
 
     name = two_partitions(cluster, f"kept-{path}", 20)
-    df, offsets = kafka.read_with_offsets(
+    df = kafka.read(
         spark,
         on(path, cluster.config),
         [OffsetRange(name, 0, 0, 20), OffsetRange(name, 1, 5, 20)],
         columns=["topic", "partition", "offset", "timestamp", "value"],
         hash_fields=["key", "value"],
+        keep=True,
     )
-    read = zip(offsets["partition"].to_pylist(), offsets["offset"].to_pylist(), strict=True)
-    assert sorted(read) == [
-        *((0, o) for o in range(20)),
-        *((1, o) for o in range(5, 20)),
-    ]
     delete_records(cluster.config, {(name, 0): 20, (name, 1): 20})
+    read = [(r.partition, r.offset) for r in df.select("partition", "offset").collect()]
+    assert sorted(read) == [*((0, o) for o in range(20)), *((1, o) for o in range(5, 20))]
     assert df.count() == 35
     assert df.filter(F.col("partition") == 1).agg(F.min("offset")).first()[0] == 5
 

@@ -54,15 +54,21 @@ def test_locate_each_keeps_the_keys_order_and_gives_none_nulls():
 
 
 def test_the_possible_candidates_share_an_anchors_fingerprint():
-    records = {TP: part([0, 1, 2, 3]), ("u", 0): part([0, 1])}
+    hashes = pa.array([b"h0", b"h1", b"h2", b"h3"])
+    records = {TP: part([0, 1, 2, 3])._replace(hashes=hashes), ("u", 0): part([0, 1])}
     wanted = context.with_fingerprint_in(records, np.array([1001, 1003]), [TP, ("v", 0)])
     assert {tp: w.tolist() for tp, w in wanted.items()} == {TP: [1, 3]}
     table = context.index_table(records, {TP: [(0, 4)]}, wanted)
     assert table.column_names == list(context.INDEX_FIELDS)
+    # each located with the timestamp and hash it is joined on (part(): timestamp 10 × offset)
     assert table.to_pylist() == [
-        {"topic": "t", "partition": 0, "offset": 1, "at": 1, "first": 0, "last": 3},
-        {"topic": "t", "partition": 0, "offset": 3, "at": 3, "first": 0, "last": 3},
-    ]
+        {"topic": "t", "partition": 0, "offset": 1, "timestamp_ms": 10, "sha256": b"h1",
+         "at": 1, "first": 0, "last": 3},
+        {"topic": "t", "partition": 0, "offset": 3, "timestamp_ms": 30, "sha256": b"h3",
+         "at": 3, "first": 0, "last": 3},
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="without hashes"):  # a candidate needs its hash
+        context.index_table(records, {("u", 0): [(0, 2)]}, {("u", 0): [1]})
     prints = context.fingerprint_table(records, [TP, ("v", 0)])
     expected = {"topic": "t", "partition": 0, "fingerprints": [1000, 1001, 1002, 1003]}
     assert prints.to_pylist() == [expected]

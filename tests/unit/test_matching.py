@@ -32,10 +32,9 @@ def records(spark, topic, values, *, first_offset=0, ts=None, offsets=None):
 
 
 def on_driver(records_df):
-    """What a read of these records brings to the driver (`extract.extract_source_records`: a
-    destination read brings no hashes, which nothing here asks of it), per partition
-    (`anchors.records_by_partition`), and its read intervals: one per partition, from its
-    first record to its last."""
+    """What a read of these records brings to the driver (`extract.read_hashed`), per
+    partition (`anchors.records_by_partition`), and its read intervals: one per partition,
+    from its first record to its last."""
     table = records_df.toArrow()
     read = table.select(["topic", "partition", "offset", "timestamp_ms", "sha256"]).append_column(
         "fingerprint", pa.array(hashing.fingerprints(table.column("sha256")))
@@ -80,7 +79,7 @@ def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, ds
     )
     anchors_df = anchors_of(spark, positions, src_df)
     candidates_df = matching.with_candidates(
-        anchors_df, source_prints(spark, src_df), dst_df, located(spark, dst_df), k, before, after
+        anchors_df, source_prints(spark, src_df), located(spark, dst_df), k, before, after
     )
     resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, after, k)
     by_offset = {r.committed_offset: r.asDict() for r in resolved_df.collect()}

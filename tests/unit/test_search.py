@@ -41,7 +41,6 @@ def state_of(
     row = slices.match_in_slices(
         slices.with_slices(anchors_df, slices_df),
         source_prints(spark, src_df),
-        dst_df,
         located(spark, dst_df),
         bounds_df,
         K,

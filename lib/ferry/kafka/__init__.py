@@ -50,7 +50,6 @@ _HOMES = {
     "offsets_for_timestamps": "ferry.kafka.probes",
     "read": "ferry.kafka.records",
     "read_arrow": "ferry.kafka.records",
-    "read_with_offsets": "ferry.kafka.records",
     "timestamp_offsets": "ferry.kafka.log_offsets",
     "watermarks": "ferry.kafka.log_offsets",
 }

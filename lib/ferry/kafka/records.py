@@ -22,9 +22,7 @@ from collections.abc import Sequence
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from ferry import hashing
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange, RangeReader, arrow_batches, arrow_schema, total_offsets
 from ferry.kafka.source import output_schema, read_with_spark
@@ -58,42 +56,6 @@ def read(
     if keep and table is None:
         df.count()  # the Spark read runs now, once, into its cache
     return df
-
-
-def read_with_offsets(
-    spark: SparkOrLater,
-    cluster: Cluster,
-    ranges: Sequence[OffsetRange],
-    *,
-    columns: Sequence[str] = (),
-    hash_fields: Sequence[str] = (),
-    ignore_headers: Sequence[str] = (),
-    fingerprints: bool = False,
-):  # noqa: ANN201 - pyarrow imported lazily
-    """`read(..., keep=True)` (`columns` holding topic, partition and offset), and the
-    (topic, partition, offset, and timestamp when among `columns`) of every record it holds as
-    an Arrow table on the driver: a driver read's own columns (no Spark job, no rows), a Spark
-    read's through `toArrow` (no Row objects: 380,000 offsets took 5 s as rows, 0.9 s so).
-    That `toArrow` is a Spark read's one job: it reads Kafka and fills the read's cache as it
-    brings the offsets back (a `count` first was a second job over 640,000 records, about a
-    second). `fingerprints` (a hashed read): and each record's `fingerprint`
-    (`ferry.hashing.fingerprints`), 8 bytes a record where its SHA-256 would be 32."""
-    import pyarrow as pa
-
-    df, table = _read(spark, cluster, ranges, columns, hash_fields, ignore_headers, False, True)
-    wanted = ["topic", "partition", "offset", *(["timestamp"] if "timestamp" in columns else [])]
-    if table is not None:
-        out = table.select(wanted)
-        hashes = table.column("sha256") if fingerprints else None
-    else:
-        n = hashing.FINGERPRINT_BYTES
-        prefix = [F.substring("sha256", 1, n).alias("fp")] if fingerprints else []
-        out = df.select(*wanted, *prefix).toArrow()
-        hashes = out.column("fp") if fingerprints else None
-        out = out.select(wanted)
-    if hashes is not None:
-        out = out.append_column("fingerprint", pa.array(hashing.fingerprints(hashes)))
-    return df, out
 
 
 def read_arrow(

@@ -6,14 +6,16 @@ nearest first, and k after) out of its partition's fingerprints (`matching.with_
 Neighbour means the adjacent record read, in offset order, within the contiguous interval it
 was read in (a *segment*, `ranges.RangeBook`), never offset ± 1: compaction and transaction
 markers leave gaps, and they differ between clusters; an interval's edge is where the records
-known end. Every read brings each record's offset, timestamp and fingerprint to the driver
-(`kafka.read_with_offsets`), so a record is located by a sorted search there: its index among
-its partition's records read (`at`) and the indexes of its segment's first and last records.
-What Spark gets is those three numbers a record and each partition's fingerprints once (8
-bytes a record read), not 2k fingerprints a record: in Spark the context was two sliding
-windows over every record read (2,000 groups: 7.5 s of task time for 640,000 records a side,
-to compare 60,000), and built on the driver as arrays it was 64 bytes × 2k a compared record
-in the driver's heap (250,000 positions: 130 MB more, and out of memory at 1 GiB).
+known end. Every read brings each record's offset, timestamp, fingerprint and SHA-256 to the
+driver (`extract.read_hashed`), so a record is located by a sorted search there: its index
+among its partition's records read (`at`) and the indexes of its segment's first and last
+records. What Spark gets is those three numbers, the timestamp and the SHA-256 of the records
+compared (the anchors and their possible candidates, not every record read) and each
+partition's fingerprints once (8 bytes a record read), not 2k fingerprints a record: in
+Spark the context was two sliding windows over every record read (2,000 groups: 7.5 s of
+task time for 640,000 records a side, to compare 60,000), and built on the driver as arrays
+it was 64 bytes × 2k a compared record in the driver's heap (250,000 positions: 130 MB
+more, and out of memory at 1 GiB).
 
 A fingerprint is the first 64 bits of the record's SHA-256 (`ferry.hashing.fingerprints`): a
 neighbour taken for another needs two records' fingerprints to collide, about 1 in 10^19 a
@@ -30,9 +32,9 @@ from typing import Any
 from ferry.keys import TopicPartitionKey
 from ferry.migrate.anchors import PartitionRecords
 
-# a located record: its index among its partition's records read, and its segment's first
-# and last records' (`index_table`)
-INDEX_FIELDS = ("topic", "partition", "offset", "at", "first", "last")
+# a located record, with its timestamp and SHA-256 (what a candidate is joined on): its index
+# among its partition's records read, and its segment's first and last records' (`index_table`)
+INDEX_FIELDS = ("topic", "partition", "offset", "timestamp_ms", "sha256", "at", "first", "last")
 FINGERPRINT_FIELDS = ("topic", "partition", "fingerprints")  # a partition's, in offset order
 
 
@@ -100,25 +102,35 @@ def index_table(
     wanted: Mapping[TopicPartitionKey, Any],
 ):  # noqa: ANN201 - pyarrow imported lazily
     """The `wanted` records (per partition, offsets read: a sequence or numpy array) located,
-    one row per distinct record (`INDEX_FIELDS`), as one Arrow table."""
+    one row per distinct record with its timestamp and SHA-256 (`INDEX_FIELDS`; `records`
+    must hold hashes), as one Arrow table."""
     import numpy as np
     import pyarrow as pa
 
     topics: list[str] = []
-    columns: list[list] = [[], [], [], [], []]  # partition, offset, at, first, last
+    columns: list[list] = [[], [], [], [], [], []]  # partition, offset, timestamp, at, first, last
+    hashes = []
     for (topic, partition), offsets in sorted(wanted.items()):
+        part = records[(topic, partition)]
+        if part.hashes is None:
+            raise ValueError("candidates located in a read without hashes")
         at = np.unique(np.asarray(offsets, dtype=np.int64))
-        located = locate(records[(topic, partition)], segments[(topic, partition)], at)
+        located = locate(part, segments[(topic, partition)], at)
         topics += [topic] * len(at)
-        for column, values in zip(columns, (np.full(len(at), partition), at, *located),
-                                  strict=True):  # fmt: skip
-            column.append(values)
-    types = [pa.int32(), pa.int64(), pa.int32(), pa.int32(), pa.int32()]
+        values = (np.full(len(at), partition), at, part.timestamps[located[0]], *located)
+        for column, v in zip(columns, values, strict=True):
+            column.append(v)
+        hashes.append(part.hashes.take(pa.array(located[0])))
+    types = [pa.int32(), pa.int64(), pa.int64(), pa.int32(), pa.int32(), pa.int32()]
     arrays = [
         pa.array(np.concatenate(c) if c else np.empty(0, np.int64), t)
         for c, t in zip(columns, types, strict=True)
     ]
-    return pa.table([pa.array(topics, pa.string()), *arrays], names=list(INDEX_FIELDS))
+    sha256 = pa.concat_arrays(hashes) if hashes else pa.array([], pa.binary())
+    return pa.table(
+        [pa.array(topics, pa.string()), *arrays[:3], sha256, *arrays[3:]],
+        names=list(INDEX_FIELDS),
+    )
 
 
 def fingerprint_table(

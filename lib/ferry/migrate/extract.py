@@ -1,8 +1,8 @@
 """Extract: read the source around every committed offset and the destination around every
-anchor's timestamp, each range once: each record's offset, timestamp and fingerprint on the
-driver, where its context is taken (`ferry.migrate.context`), with the source's SHA-256s
-there too (the anchors' are picked there), and the destination's records as DataFrames of
-(topic, partition, offset, timestamp_ms, sha256), which candidates are joined from.
+anchor's timestamp, each range once, to the driver: each record's offset, timestamp,
+fingerprint and SHA-256 (`read_hashed`). The driver picks the anchors and their possible
+candidates there and locates them (`ferry.migrate.context`); Spark gets only those rows and
+their partitions' fingerprints, not every record read.
 
 How far to read: a source partition is read from `2 × (context + 1)` offsets before each
 committed offset C to `context + 1` after it; when that holds fewer than `context + 1`
@@ -74,25 +74,7 @@ def read_records(
     """Read ranges now, once: every later stage reuses these rows. Small reads run on the
     driver, large ones through Spark (`ferry.kafka.read`); the cluster carries the reader
     settings."""
-    return read_records_and_offsets(spark, cluster, ranges, cfg, fingerprints=False)[0]
-
-
-def read_records_and_offsets(
-    spark: SparkOrLater,
-    cluster: Cluster,
-    ranges: Sequence[OffsetRange],
-    cfg: FerryConfig,
-    fingerprints: bool = True,
-):  # noqa: ANN201 - (DataFrame, Arrow table of topic, partition, offset, timestamp_ms, ...)
-    """`read_records`, and the offsets, timestamps and (`fingerprints`) fingerprints of the
-    records read, on the driver as Arrow."""
-
-    df, offsets = kafka.read_with_offsets(
-        spark, cluster, ranges, **_read_options(cfg), fingerprints=fingerprints
-    )
-    return as_records(df), offsets.drop_columns(["timestamp"]).append_column(
-        "timestamp_ms", _millis(offsets)
-    )
+    return as_records(kafka.read(spark, cluster, ranges, **_read_options(cfg), keep=True))
 
 
 def _read_options(cfg: FerryConfig) -> dict:
@@ -151,7 +133,7 @@ def extract_source_records(
         if ranges:
             n = sum(r.end - r.start for r in ranges)
             progress(f"source: reading {len(ranges)} ranges ({n} offsets), round {round_no + 1}")
-            tables.append(_read_hashed(spark, src, ranges, cfg))
+            tables.append(read_hashed(spark, src, ranges, cfg))
             # On the driver as Arrow: a driver read's own (no Spark job, where counting them
             # against the committed offsets in Spark was the small run's first job), and no
             # Row per record.
@@ -167,11 +149,13 @@ def extract_source_records(
     return read, book.read
 
 
-def _read_hashed(
+def read_hashed(
     spark: SparkOrLater, cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig
-):  # noqa: ANN202 - pyarrow
+):  # noqa: ANN201 - pyarrow
     """The records of `ranges` on the driver only (`kafka.read_arrow`): topic, partition,
-    offset, timestamp_ms, sha256 and fingerprint."""
+    offset, timestamp_ms, sha256 and fingerprint. What matching reads of either cluster: the
+    driver picks the anchors and the possible candidates from it, and hands Spark only
+    those, located (`located_records`), and their partitions' fingerprints."""
     import pyarrow as pa
 
     table = kafka.read_arrow(spark, cluster, ranges, **_read_options(cfg))
@@ -193,6 +177,8 @@ INDEX_SCHEMA = StructType(
         StructField("topic", StringType(), False),
         StructField("partition", IntegerType(), False),
         StructField("offset", LongType(), False),
+        StructField("timestamp_ms", LongType(), False),
+        StructField("sha256", BinaryType(), False),
         StructField("at", IntegerType(), False),
         StructField("first", IntegerType(), False),
         StructField("last", IntegerType(), False),

@@ -192,7 +192,6 @@ def _common_prefix(x: Column, y: Column) -> Column:
 def with_candidates(
     anchors_df: DataFrame,
     src_fingerprints_df: DataFrame,
-    dst_records_df: DataFrame,
     dst_located: Located,
     k: int,
     window_before_ms: int,
@@ -204,24 +203,32 @@ def with_candidates(
     `anchors_df` carries (`ferry.migrate.slices.with_slices`) — a condition of the same join,
     not another join. `src_fingerprints_df`: the fingerprints of the anchors' partitions
     (`FINGERPRINT_FIELDS`); `dst_located`: at least every destination record that can be a
-    candidate, located.
+    candidate, located, with its timestamp and SHA-256.
 
-    The destination's records are the large side: they meet the anchors' narrow columns
-    (positions, few beside records) in a broadcast join and are never shuffled; only the
-    candidates found then fetch their location and their anchor's, and both contexts are cut
-    and compared in one projection at the end."""
-    a = anchors_df.filter(F.col("anchor_kind") != "none")
+    The possible candidates (the records sharing an anchor's fingerprint, picked on the
+    driver, `ferry.migrate.context`) meet the anchors in one broadcast join, which carries the
+    anchors' own locations too; every record read is never handed to Spark, and both contexts
+    are cut and compared in one projection at the end."""
     bounds = ["slice_start", "slice_end"] if within_slices else []
-    wanted = a.select(
-        *ANCHOR_KEYS, "dst_topic", "dst_partition", "anchor_sha256", "anchor_timestamp_ms", *bounds
+    wanted = anchors_df.filter(F.col("anchor_kind") != "none").select(
+        *ANCHOR_KEYS,
+        "dst_topic",
+        "dst_partition",
+        "anchor_sha256",
+        "anchor_timestamp_ms",
+        *ANCHOR_LOCATION_COLUMNS,
+        *bounds,
     )
     d = _renamed(
-        dst_records_df,
+        dst_located.index_df,
         topic="d_topic",
         partition="d_partition",
         offset="candidate_offset",
         timestamp_ms="d_timestamp_ms",
         sha256="d_sha256",
+        at="d_at",
+        first="d_first",
+        last="d_last",
     )
     w = F.broadcast(wanted)
     on = (
@@ -233,20 +240,16 @@ def with_candidates(
     )
     if within_slices:
         on = on & (d.candidate_offset >= w.slice_start) & (d.candidate_offset < w.slice_end)
-    pairs = d.join(w, on).select(
-        *ANCHOR_KEYS, "dst_topic", "dst_partition", "candidate_offset", "d_timestamp_ms"
-    )
-    index = _renamed(
-        dst_located.index_df,
-        topic="dst_topic",
-        partition="dst_partition",
-        offset="candidate_offset",
-        at="d_at",
-        first="d_first",
-        last="d_last",
-    )
-    located = pairs.join(index, ["dst_topic", "dst_partition", "candidate_offset"]).join(
-        a.select(*ANCHOR_KEYS, *ANCHOR_LOCATION_COLUMNS), ANCHOR_KEYS
+    located = d.join(w, on).select(
+        *ANCHOR_KEYS,
+        "dst_topic",
+        "dst_partition",
+        "candidate_offset",
+        "d_timestamp_ms",
+        "d_at",
+        "d_first",
+        "d_last",
+        *ANCHOR_LOCATION_COLUMNS,
     )
     src = ("src_topic", "src_partition")
     cut = with_context(located, src_fingerprints_df, k, src, ("src_at", "src_first", "src_last"),

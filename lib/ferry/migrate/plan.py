@@ -34,7 +34,7 @@ from ferry.migrate.extract import (
     extract_source_records,
     fingerprints_df,
     located_records,
-    read_records_and_offsets,
+    read_hashed,
     window_offsets,
 )
 from ferry.migrate.model import Plan, Position, row_order
@@ -221,7 +221,7 @@ def match_positions(
             dst_bounds,
             bounds_df,
             cfg,
-            lambda ranges: read_records_and_offsets(spark, dst, ranges, cfg),
+            lambda ranges: read_hashed(spark, dst, ranges, cfg),
             progress,
         )
         per = found.offsets_read / max(1, found.positions)
@@ -262,13 +262,11 @@ def _match_windows(
         f"destination: reading {len(dst_ranges)} windows "
         f"({sum(r.end - r.start for r in dst_ranges)} offsets)"
     )
-    records_df, read = read_records_and_offsets(spark, dst, dst_ranges, cfg)
-    records = anchors.records_by_partition(read)
+    records = anchors.records_by_partition(read_hashed(spark, dst, dst_ranges, cfg))
     wanted = with_fingerprint_in(records, anchor_prints, records.keys())
     candidates_df = matching.with_candidates(
         anchors_df,
         src_prints_df,
-        records_df,
         located_records(spark, records, book.read, wanted),
         k,
         m.window_before_ms,

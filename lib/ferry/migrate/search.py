@@ -5,12 +5,13 @@ The window (`window_before_ms`/`window_after_ms`) is a bound, not the amount to 
 distinct anchor position (destination partition × anchor timestamp) gets a slice: from
 k + 1 records before P, the first offset whose timestamp is at or after the anchor's (the
 broker's lookup, verified by the first read around it), to k + 1 + r records after it. All
-slices are read in one read per step (`ferry.kafka.read`: on the driver when small, else one
-Spark job), then matched in one Spark job (`match_in_slices`: each anchor's candidates are
-taken inside its own slice) and judged on the driver, which holds every offset and timestamp
-read (`judge_slices`); a slice that is not yet decided grows its open sides fourfold and is
-read again (only the new offsets), until it is decided or covers the window on both sides. A
-position's row from the job of the step that decided or closed its slice is its result.
+slices are read in one read per step (`extract.read_hashed`: to the driver, read there when
+small, else by one Spark job), then matched in one Spark job (`match_in_slices`: each
+anchor's candidates, picked and located on the driver, are taken inside its own slice) and
+judged on the driver, which holds every offset and timestamp read (`judge_slices`); a slice
+that is not yet decided grows its open sides fourfold and is read again (only the new
+offsets), until it is decided or covers the window on both sides. A position's row from
+the job of the step that decided or closed its slice is its result.
 
 A slice is **decided** early when, for every anchor at that position, the best candidate
 in the slice
@@ -37,12 +38,11 @@ other groups happened to be in the same run.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
@@ -50,13 +50,12 @@ from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors
 from ferry.migrate.anchors import PartitionRecords
 from ferry.migrate.context import with_fingerprint_in
-from ferry.migrate.extract import collect_rows, located_records, union_records
+from ferry.migrate.extract import collect_rows, located_records
 from ferry.migrate.lookups import first_positions, look_up_windows, verify_first
 from ferry.migrate.matching import Located
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.slices import (
     SLICE_KEYS,
-    SLICE_KEYS_SCHEMA,
     SLICES_SCHEMA,
     WHOLE_SLICES_SCHEMA,
     AnchorSlice,
@@ -150,9 +149,8 @@ def search_destination(
     destination records sharing one are the possible candidates, which each step locates on
     the driver, `ferry.migrate.context`); `bounds_df`:
     `extract.DST_BOUNDS_SCHEMA`.
-    `read(ranges)` reads offset ranges of the destination now and keeps them: a DataFrame,
-    and the (topic, partition, offset, timestamp_ms, fingerprint) of its records on the
-    driver (Arrow).
+    `read(ranges)` reads offset ranges of the destination to the driver: the (topic,
+    partition, offset, timestamp_ms, sha256, fingerprint) of their records (Arrow).
 
     Each step is one read and one Spark job, which matches every position whose slice was
     read in it; of the slices still open, the driver then tells which are decided from that
@@ -181,7 +179,7 @@ def search_destination(
         else _first_slice(pos, *bounds[key[:2]], k, False)
         for key, pos in at.items()
     }  # fmt: skip
-    book, parts, read_tables = RangeBook(), [], []
+    book, read_tables = RangeBook(), []
     # A position that lands closer to the destination's log start than its anchors' context
     # reaches: the copy there has less context before it than the anchor, so it is never a
     # full match and the slice never decided; it would widen step after step to its window's
@@ -214,8 +212,7 @@ def search_destination(
         )
         read_table = None
         if ranges:
-            records_part, read_table = read(ranges)  # every open slice's new offsets at once
-            parts.append(records_part)
+            read_table = read(ranges)  # every open slice's new offsets at once
             read_tables.append(read_table)
             offsets_read += n
         if unverified:
@@ -239,11 +236,9 @@ def search_destination(
         # every record read so far, per partition: the candidates' context and the judging
         records = anchors.records_by_partition(read_tables[0]) if read_tables else {}
         located = _candidates(spark, records, book, anchor_prints, reading)
-        records_df = _in_partitions(spark, union_records(spark, parts), reading, records)
         step_df = step_query(
-            spark, anchors_df, src_prints_df, records_df, located, reading, unanchored,
-            bounds_df, cfg,
-        )  # fmt: skip
+            spark, anchors_df, src_prints_df, located, reading, unanchored, bounds_df, cfg
+        )
         unanchored = False
         step_rows = [
             ((row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"]), row)
@@ -290,8 +285,8 @@ def _candidates(
     reading: Mapping[tuple[str, int, int], AnchorSlice],
 ) -> Located:
     """The records of the slices' partitions that share an anchor's fingerprint (the possible
-    candidates), located within the intervals read so far (`records`: every destination
-    record read so far, per partition)."""
+    candidates), located within the intervals read so far, with their timestamps and hashes
+    (`records`: every destination record read so far, per partition)."""
     wanted = with_fingerprint_in(records, anchor_prints, {(t, p) for t, p, _ in reading})
     return located_records(spark, records, book.read, wanted)
 
@@ -300,7 +295,6 @@ def step_query(
     spark: SparkSession,
     anchors_df: DataFrame,
     src_prints_df: DataFrame,
-    records_df: DataFrame,
     located: Located,
     reading: Mapping[tuple[str, int, int], AnchorSlice],
     unanchored: bool,
@@ -309,13 +303,12 @@ def step_query(
 ) -> DataFrame:
     """A step's one query (`match_in_slices`): the anchors of the slices read in it
     (`reading`, and with `unanchored` the positions with no anchor) matched inside their
-    slices, over `records_df` (`_in_partitions`). Whether a slice is decided is judged on the
-    driver afterwards (`judge_slices`)."""
+    slices, among `located`'s possible candidates. Whether a slice is decided is judged on
+    the driver afterwards (`judge_slices`)."""
     m = cfg.matching
     return match_in_slices(
         _only(spark, anchors_df, reading, unanchored),
         src_prints_df,
-        records_df,
         located,
         bounds_df,
         m.context,
@@ -334,24 +327,6 @@ def _only(
     `unanchored`, those with no anchor at all, which have no slice)."""
     keyed_df, whole_df = _slices_dfs(spark, slices)
     return with_slices(anchors_df, keyed_df, unanchored, whole_df)
-
-
-def _in_partitions(
-    spark: SparkSession,
-    records_df: DataFrame,
-    slices: Mapping[tuple[str, int, int], AnchorSlice],
-    read: Iterable[TopicPartitionKey],
-) -> DataFrame:
-    """The records of the slices' partitions, of those `read` so far: all of them, with no
-    join, when the slices are in every partition read (a first step's are)."""
-    wanted = {(t, p) for t, p, _ in slices}
-    if wanted.issuperset(read):
-        return records_df
-    rows = sorted(wanted)
-    parts_df = local_df(spark, rows, SLICE_KEYS_SCHEMA[:2]).select(
-        F.col("dst_topic").alias("topic"), F.col("dst_partition").alias("partition")
-    )
-    return records_df.join(F.broadcast(parts_df), ["topic", "partition"], "left_semi")
 
 
 def _read_whole(

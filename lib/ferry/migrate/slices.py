@@ -153,7 +153,6 @@ def with_slices(
 def match_in_slices(
     anchors_df: DataFrame,
     src_fingerprints_df: DataFrame,
-    records_df: DataFrame,
     located: matching.Located,
     bounds_df: DataFrame,
     k: int,
@@ -163,11 +162,11 @@ def match_in_slices(
     """Matching's row for each anchor (`matching.POSITION_COLUMNS`, and is_full_match: its
     top candidate matches its whole context at its own timestamp) from the candidates inside
     its own slice (`anchors_df` from `with_slices`; `src_fingerprints_df`: the fingerprints
-    of the anchors' partitions; `located`: the possible candidates, `ferry.migrate.context`)."""
+    of the anchors' partitions; `located`: the possible candidates, with their timestamps and
+    hashes, `ferry.migrate.context`)."""
     candidates_df = matching.with_candidates(
         anchors_df,
         src_fingerprints_df,
-        records_df,
         located,
         k,
         window_before_ms,
