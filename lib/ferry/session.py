@@ -118,6 +118,21 @@ def cache_in_background(df: DataFrame) -> Callable[[], None]:
     return wait
 
 
+def in_background(name: str, fn: Callable[..., T], *args: object) -> Callable[[], T]:
+    """`fn(*args)` started now on a thread of its own, its Spark jobs described as the
+    caller's; the returned callable waits for its result and re-raises its error. For driver
+    work that hands data to Spark (the JVM's half of it) while the caller reads Kafka."""
+    description = _description
+
+    def run() -> T:
+        context = SparkContext._active_spark_context
+        if context is not None:
+            _describe(context, description)
+        return fn(*args)
+
+    return _in_background(name, run).result
+
+
 def _in_background(name: str, fn: Callable[..., T], *args: object) -> Future[T]:
     """`fn(*args)` started on a thread of its own; its future."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)

@@ -120,9 +120,8 @@ def test_partitions_read_whole_are_the_small_and_the_densely_anchored():
     """No lookups where the first slices alone would read half the partition anyway."""
     first_read = 2 * (K + 1) + search.FIRST_RADIUS
 
-    def at(tp: tuple[str, int], n: int) -> list[dict]:
-        return [{"dst_topic": tp[0], "dst_partition": tp[1], "anchor_timestamp_ms": i}
-                for i in range(n)]  # fmt: skip
+    def at(tp: tuple[str, int], n: int) -> list[tuple[str, int, int]]:
+        return [(*tp, i) for i in range(n)]  # anchor positions: partition and timestamp
 
     size = 20_000
     dense = -(-size // (2 * first_read))  # the fewest anchors whose first slices cover half

@@ -156,11 +156,8 @@ def _look_up(
 ) -> dict[tuple[str, int, int], int]:
     """First offset at or after each (topic, partition, timestamp): verified lookups, the
     distinct timestamps of a partition side by side (`ferry.migrate.search`)."""
-    positions = [
-        {"dst_topic": t, "dst_partition": p, "anchor_timestamp_ms": ts}
-        for t, p, ts in sorted(set(targets))
-    ]
-    return anchor_positions(cluster, positions, bounds) if positions else {}
+    keys = sorted(set(targets))
+    return anchor_positions(cluster, keys, bounds) if keys else {}
 
 
 def _destination_slices(dst: Cluster, frontiers: list[Frontier], disc: Discovery, full: bool):  # noqa: ANN202

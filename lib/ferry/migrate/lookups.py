@@ -11,45 +11,44 @@ verified, only the answers that fail.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ferry import kafka
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors
 from ferry.migrate.extract import window_extents
-from ferry.migrate.slices import SLICE_KEYS, AnchorSlice
+from ferry.migrate.slices import AnchorSlice
 
 
 def anchor_positions(
     dst: Cluster,
-    positions: Sequence[Mapping],
+    keys: Iterable[tuple[str, int, int]],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
 ) -> dict[tuple[str, int, int], int]:
-    """P for each (dst_topic, dst_partition, anchor_timestamp_ms): verified timestamp lookups,
-    all of them in lockstep (`kafka.offsets_for_many_timestamps`)."""
+    """P for each key (dst_topic, dst_partition, anchor_timestamp_ms): verified timestamp
+    lookups, all of them in lockstep (`kafka.offsets_for_many_timestamps`)."""
     per_tp: dict[TopicPartitionKey, list[int]] = defaultdict(list)
-    for p in positions:
-        per_tp[(p["dst_topic"], p["dst_partition"])].append(p["anchor_timestamp_ms"])
+    for t, p, ts in keys:
+        per_tp[(t, p)].append(ts)
     found = kafka.offsets_for_many_timestamps(dst, per_tp, bounds)
     return {key: bounds[key[:2]][1] if at is None else at for key, at in found.items()}
 
 
 def first_positions(
     dst: Cluster,
-    positions: Sequence[Mapping],
+    keys: Sequence[tuple[str, int, int]],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
 ) -> tuple[dict[tuple[str, int, int], int], set[tuple[str, int, int]]]:
-    """P for each (dst_topic, dst_partition, anchor_timestamp_ms), and the keys whose P is
+    """P for each key (dst_topic, dst_partition, anchor_timestamp_ms), and the keys whose P is
     the broker's unverified answer. The broker names the first offset whose record *or
     transaction marker* is at least as new (`kafka.offsets_for_many_timestamps`); most answers
     are right, and the first read around them shows it (`verify_first`) at no cost, where a
     probe each took seconds (1,278 of them 1.7 s). Keys the broker answered with no offset
     are looked up at once, verified."""
-    keys = [(p["dst_topic"], p["dst_partition"], p["anchor_timestamp_ms"]) for p in positions]
     answers = kafka.timestamp_offsets(dst, keys)
     at = {key: a for key, a in answers.items() if a is not None and a >= 0}
-    rest = [dict(zip(SLICE_KEYS, key, strict=True)) for key in keys if key not in at]
+    rest = [key for key in keys if key not in at]
     unverified = set(at)
     at.update(anchor_positions(dst, rest, bounds))
     return at, unverified
@@ -79,8 +78,7 @@ def verify_first(
         if i == len(offsets) or offsets[i] >= end or stamps[i] < key[2]:
             wrong.add(key)
     if wrong:
-        rows = [dict(zip(SLICE_KEYS, key, strict=True)) for key in sorted(wrong)]
-        for key, at in anchor_positions(dst, rows, bounds).items():
+        for key, at in anchor_positions(dst, sorted(wrong), bounds).items():
             s = slices[key]
             s.position = at
             s.is_left_closed = s.is_right_closed = False

@@ -38,6 +38,7 @@ scores lower than a full match elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame
@@ -117,6 +118,17 @@ class Located(NamedTuple):
 
     index_df: DataFrame
     fingerprints_df: DataFrame
+
+
+class MatchInputs(NamedTuple):
+    """What every matching query of a run reads besides the candidates: the anchors
+    (`ANCHORS_COLUMNS`, cached by a job of their own: `anchors_cached` waits for it), their
+    partitions' fingerprints and the destination's bounds (`extract.DST_BOUNDS_SCHEMA`)."""
+
+    anchors_df: DataFrame
+    src_prints_df: DataFrame
+    bounds_df: DataFrame
+    anchors_cached: Callable[[], None]
 
 
 def _context_sizes(at: Column, first: Column, last: Column, k: int) -> tuple[Column, Column]:

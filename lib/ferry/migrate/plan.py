@@ -44,6 +44,7 @@ from ferry.session import (
     SparkOrLater,
     arrow_df,
     cache_in_background,
+    in_background,
     local_df,
     local_table,
     session_of,
@@ -169,7 +170,6 @@ def match_positions(
     k = cfg.matching.context
     progress(f"matching {len(wanted)} distinct committed positions")
     read, src_segments = extract_source_records(spark, src, wanted, disc, cfg, progress)
-    spark = session_of(spark)
     nearest = anchors.nearest_records(wanted, read)
     rows = []
     # where the destination search looks: each anchor's destination partition and timestamp,
@@ -187,39 +187,35 @@ def match_positions(
             key = (dst_topic, partition, anchor.timestamp_ms)
             context[key] = min(context.get(key, k), anchor.records_before)
             anchor_records.append(((topic, partition), anchor.offset))
-    anchors_df = anchored_df(spark, rows, read, src_segments)
-    # the anchors' context is cut from these where it is compared
-    src_prints_df = fingerprints_df(spark, read, {tp for tp, _ in anchor_records})
     # the destination records that may be candidates share an anchor's fingerprint
     anchor_prints = fingerprints_at(read, anchor_records)
-    # cached while the destination is looked up and read, hash-partitioned by position: each
-    # search step joins it by position twice (the anchors' locations, `resolve`), and a cache
-    # partitioned so is not shuffled for either
-    anchors_df = anchors_df.repartition(
-        int(spark.conf.get("spark.sql.shuffle.partitions")), *matching.ANCHOR_KEYS
-    )
-    anchors_cached = cache_in_background(anchors_df)
     slice_keys = sorted(context)
     dst_bounds = dict(disc.destination_bounds)
     last_ts = destination_last_timestamps(dst, dst_bounds)
-    bounds_df = local_df(
+    # Handed to Spark on a thread of its own while the destination is looked up and read on
+    # the driver: the JVM turning them into DataFrames and caching the anchors and the driver
+    # reading Kafka overlap, where one waited for the other.
+    inputs = in_background(
+        "ferry-inputs",
+        _match_inputs,
         spark,
+        rows,
+        read,
+        src_segments,
+        {tp for tp, _ in anchor_records},
         [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
-        DST_BOUNDS_SCHEMA,
     )
     if cfg.matching.search == "full":
-        resolved = _match_windows(spark, dst, anchors_df, src_prints_df, anchor_prints,
-                                  slice_keys, dst_bounds, bounds_df, cfg, progress)  # fmt: skip
+        resolved = _match_windows(spark, dst, inputs, anchor_prints, slice_keys, dst_bounds,
+                                  cfg, progress)  # fmt: skip
     else:
         found = search.search_destination(
             spark,
             dst,
-            anchors_df,
-            src_prints_df,
+            inputs,
             anchor_prints,
             context,
             dst_bounds,
-            bounds_df,
             cfg,
             lambda ranges: read_hashed(spark, dst, ranges, cfg),
             progress,
@@ -230,22 +226,45 @@ def match_positions(
             f"positions ({per:.0f} per position) in {found.steps} steps"
         )
         resolved = found.rows
-    anchors_cached()
-    anchors_df.unpersist()
+    done = inputs()
+    done.anchors_cached()
+    done.anchors_df.unpersist()
     # one row per position
     return {(row["src_topic"], row["src_partition"], row["committed_offset"]): row
             for row in resolved}  # fmt: skip
 
 
+def _match_inputs(
+    spark: SparkOrLater,
+    rows: list[tuple],
+    read: dict[TopicPartitionKey, anchors.PartitionRecords],
+    segments: dict[TopicPartitionKey, list[tuple[int, int]]],
+    src_partitions: set[TopicPartitionKey],
+    bounds: list[tuple],
+) -> matching.MatchInputs:
+    """The anchors (`anchored_df`), cached hash-partitioned by position (each search step
+    joins them by position twice, and a cache partitioned so is shuffled for neither), the
+    source fingerprints their context is cut from, and the destination's bounds
+    (`DST_BOUNDS_SCHEMA` rows). `spark` may still be starting: this waits for it."""
+    spark = session_of(spark)
+    anchors_df = anchored_df(spark, rows, read, segments).repartition(
+        int(spark.conf.get("spark.sql.shuffle.partitions")), *matching.ANCHOR_KEYS
+    )
+    return matching.MatchInputs(
+        anchors_df,
+        fingerprints_df(spark, read, src_partitions),
+        local_df(spark, bounds, DST_BOUNDS_SCHEMA),
+        cache_in_background(anchors_df),
+    )
+
+
 def _match_windows(
-    spark: SparkSession,
+    spark: SparkOrLater,
     dst: Cluster,
-    anchors_df: DataFrame,
-    src_prints_df: DataFrame,
+    inputs: Callable[[], matching.MatchInputs],
     anchor_prints,  # noqa: ANN001 - numpy: the anchors' fingerprints
     slice_keys: list[tuple[str, int, int]],
     dst_bounds: dict,
-    bounds_df: DataFrame,
     cfg: FerryConfig,
     progress: Callable[[str], None],
 ) -> list[dict]:
@@ -264,20 +283,16 @@ def _match_windows(
     )
     records = anchors.records_by_partition(read_hashed(spark, dst, dst_ranges, cfg))
     wanted = with_fingerprint_in(records, anchor_prints, records.keys())
+    located = located_records(session_of(spark), records, book.read, wanted)
+    ready = inputs()
     candidates_df = matching.with_candidates(
-        anchors_df,
-        src_prints_df,
-        located_records(spark, records, book.read, wanted),
-        k,
-        m.window_before_ms,
-        m.window_after_ms,
+        ready.anchors_df, ready.src_prints_df, located, k, m.window_before_ms, m.window_after_ms
     )
     progress("matching anchors to destination records")
-    return collect_rows(
-        matching.resolve(anchors_df, candidates_df, bounds_df, m.window_after_ms, k).select(
-            *matching.POSITION_COLUMNS
-        )
+    resolved_df = matching.resolve(
+        ready.anchors_df, candidates_df, ready.bounds_df, m.window_after_ms, k
     )
+    return collect_rows(resolved_df.select(*matching.POSITION_COLUMNS))
 
 
 def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict:  # noqa: ANN001

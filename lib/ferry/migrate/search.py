@@ -52,10 +52,9 @@ from ferry.migrate.anchors import PartitionRecords
 from ferry.migrate.context import with_fingerprint_in
 from ferry.migrate.extract import collect_rows, located_records
 from ferry.migrate.lookups import first_positions, look_up_windows, verify_first
-from ferry.migrate.matching import Located
+from ferry.migrate.matching import Located, MatchInputs
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.slices import (
-    SLICE_KEYS,
     SLICES_SCHEMA,
     WHOLE_SLICES_SCHEMA,
     AnchorSlice,
@@ -63,7 +62,7 @@ from ferry.migrate.slices import (
     match_in_slices,
     with_slices,
 )
-from ferry.session import local_df
+from ferry.session import SparkOrLater, local_df, session_of
 
 FIRST_RADIUS = 64  # offsets read after P at the first step: a busy millisecond and then some
 GROWTH = 4  # an open side of an undecided slice grows this many times per step
@@ -127,14 +126,12 @@ def finish_leftovers(
 
 
 def search_destination(
-    spark: SparkSession,
+    spark: SparkOrLater,
     dst: Cluster,
-    anchors_df: DataFrame,
-    src_prints_df: DataFrame,
+    inputs: Callable[[], MatchInputs],
     anchor_prints,  # noqa: ANN001 - numpy int64: the anchors' fingerprints
     context: Mapping[tuple[str, int, int], int],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
-    bounds_df: DataFrame,
     cfg: FerryConfig,
     read: Callable[[Sequence], DataFrame],
     progress: Callable[[str], None],
@@ -143,12 +140,12 @@ def search_destination(
     and match each position in its final slice.
 
     `context`: the anchor positions (`SLICE_KEYS`: destination topic, partition, anchor
-    timestamp) of `anchors_df`'s anchors, each with the records before them a match needs
-    (the least of its anchors' source context, at most k); `src_prints_df`: the fingerprints
-    of the anchors' source partitions; `anchor_prints`: their anchors' fingerprints (the
+    timestamp) of the anchors, each with the records before them a match needs (the least of
+    its anchors' source context, at most k); `inputs()`: the anchors and what else every
+    step's query reads (waited for at the first step: they are handed to Spark while the
+    destination is looked up and read); `anchor_prints`: the anchors' fingerprints (the
     destination records sharing one are the possible candidates, which each step locates on
-    the driver, `ferry.migrate.context`); `bounds_df`:
-    `extract.DST_BOUNDS_SCHEMA`.
+    the driver, `ferry.migrate.context`). `spark` may still be starting.
     `read(ranges)` reads offset ranges of the destination to the driver: the (topic,
     partition, offset, timestamp_ms, sha256, fingerprint) of their records (Arrow).
 
@@ -162,23 +159,19 @@ def search_destination(
     at the first step: they could not be decided early."""
     m = cfg.matching
     k = m.context
-    positions = [dict(zip(SLICE_KEYS, key, strict=True)) for key in sorted(context)]
-    whole = _read_whole(positions, bounds, k)
-    large = [p for p in positions if (p["dst_topic"], p["dst_partition"]) not in whole]
+    keys = sorted(context)
+    whole = _read_whole(keys, bounds, k)
+    large = [key for key in keys if key[:2] not in whole]
     if large:
         progress(f"destination: looking up {len(large)} anchor timestamps")
     # The broker's answers, checked by the first read instead of a probe each (`verify_first`)
     at, unverified = first_positions(dst, large, bounds)
-    at.update({(p["dst_topic"], p["dst_partition"], p["anchor_timestamp_ms"]): 0 for p in positions
-               if (p["dst_topic"], p["dst_partition"]) in whole})  # fmt: skip
     # A partition read whole is one slice, its positions' all: closed at once, it never changes
     # (250,000 positions on 64 such partitions: a second making them one by one).
     whole_slices = {tp: _first_slice(0, *bounds[tp], k, True) for tp in whole}
-    slices = {
-        key: whole_slices[key[:2]] if key[:2] in whole_slices
-        else _first_slice(pos, *bounds[key[:2]], k, False)
-        for key, pos in at.items()
-    }  # fmt: skip
+    slices = {key: _first_slice(pos, *bounds[key[:2]], k, False) for key, pos in at.items()}
+    if whole_slices:
+        slices.update((key, whole_slices[key[:2]]) for key in keys if key[:2] in whole)
     book, read_tables = RangeBook(), []
     # A position that lands closer to the destination's log start than its anchors' context
     # reaches: the copy there has less context before it than the anchor, so it is never a
@@ -235,10 +228,9 @@ def search_destination(
             read_tables = [pa.concat_tables(read_tables)]
         # every record read so far, per partition: the candidates' context and the judging
         records = anchors.records_by_partition(read_tables[0]) if read_tables else {}
-        located = _candidates(spark, records, book, anchor_prints, reading)
-        step_df = step_query(
-            spark, anchors_df, src_prints_df, located, reading, unanchored, bounds_df, cfg
-        )
+        session = session_of(spark)
+        located = _candidates(session, records, book, anchor_prints, reading)
+        step_df = step_query(session, inputs(), located, reading, unanchored, cfg)
         unanchored = False
         step_rows = [
             ((row["dst_topic"], row["dst_partition"], row["anchor_timestamp_ms"]), row)
@@ -293,12 +285,10 @@ def _candidates(
 
 def step_query(
     spark: SparkSession,
-    anchors_df: DataFrame,
-    src_prints_df: DataFrame,
+    inputs: MatchInputs,
     located: Located,
     reading: Mapping[tuple[str, int, int], AnchorSlice],
     unanchored: bool,
-    bounds_df: DataFrame,
     cfg: FerryConfig,
 ) -> DataFrame:
     """A step's one query (`match_in_slices`): the anchors of the slices read in it
@@ -307,10 +297,10 @@ def step_query(
     the driver afterwards (`judge_slices`)."""
     m = cfg.matching
     return match_in_slices(
-        _only(spark, anchors_df, reading, unanchored),
-        src_prints_df,
+        _only(spark, inputs.anchors_df, reading, unanchored),
+        inputs.src_prints_df,
         located,
-        bounds_df,
+        inputs.bounds_df,
         m.context,
         m.window_before_ms,
         m.window_after_ms,
@@ -330,7 +320,9 @@ def _only(
 
 
 def _read_whole(
-    positions: Sequence[Mapping], bounds: Mapping[TopicPartitionKey, tuple[int, int]], k: int
+    keys: Sequence[tuple[str, int, int]],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    k: int,
 ) -> set[TopicPartitionKey]:
     """Destination partitions read whole at once, with no lookup and no search: those no
     larger than a few steps would read, and those whose anchor positions are so many that
@@ -339,8 +331,8 @@ def _read_whole(
     deciding overlapping slices costs more than the records they hold."""
     first_read = 2 * (k + 1) + FIRST_RADIUS
     per_tp: dict[TopicPartitionKey, int] = defaultdict(int)
-    for p in positions:
-        per_tp[(p["dst_topic"], p["dst_partition"])] += 1
+    for t, p, _ in keys:
+        per_tp[(t, p)] += 1
     out = set()
     for tp, n in per_tp.items():
         size = bounds[tp][1] - bounds[tp][0]
