@@ -50,10 +50,13 @@ def read(
     relation), so it costs nothing more. `spark` may be a callable giving the session (e.g.
     one starting in the background): a driver read asks for it only once Kafka has been read.
     """
-    df, table = _read(
-        spark, cluster, ranges, columns, hash_fields, ignore_headers, to_next_record, keep
+    table, df = _read_where(
+        spark, cluster, ranges, columns, hash_fields, ignore_headers, to_next_record
     )
-    if keep and table is None:
+    if df is None:
+        return arrow_df(session_of(spark), table, output_schema(columns, bool(hash_fields)))
+    if keep:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
         df.count()  # the Spark read runs now, once, into its cache
     return df
 
@@ -73,26 +76,6 @@ def read_arrow(
     one job, nothing kept)."""
     table, df = _read_where(spark, cluster, ranges, columns, hash_fields, ignore_headers, False)
     return table if df is None else df.toArrow()
-
-
-def _read(
-    spark: SparkOrLater,
-    cluster: Cluster,
-    ranges: Sequence[OffsetRange],
-    columns: Sequence[str],
-    hash_fields: Sequence[str],
-    ignore_headers: Sequence[str],
-    to_next_record: bool,
-    keep: bool,
-):  # noqa: ANN202 - (DataFrame, the driver read's Arrow table or None)
-    table, df = _read_where(
-        spark, cluster, ranges, columns, hash_fields, ignore_headers, to_next_record
-    )
-    if df is None:
-        return arrow_df(session_of(spark), table, output_schema(columns, bool(hash_fields))), table
-    if keep:  # persisted; the caller's first action reads it (`read`: a count)
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-    return df, None
 
 
 def _read_where(
