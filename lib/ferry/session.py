@@ -104,24 +104,19 @@ def cache_in_background(df: DataFrame) -> Callable[[], None]:
     tasks waiting for any block still being written, so the job's cost hides behind the
     driver's work instead of opening the next query (40 groups: about a second)."""
     df.persist()
-    description = _description
-
-    def fill() -> None:
-        _describe(df.sparkSession.sparkContext, description)  # as the caller's jobs
-        df.count()
-
-    future = _in_background("ferry-cache", fill)
+    counted = in_background("ferry-cache", df.count)
 
     def wait() -> None:
-        future.result()
+        counted()
 
     return wait
 
 
 def in_background(name: str, fn: Callable[..., T], *args: object) -> Callable[[], T]:
     """`fn(*args)` started now on a thread of its own, its Spark jobs described as the
-    caller's; the returned callable waits for its result and re-raises its error. For driver
-    work that hands data to Spark (the JVM's half of it) while the caller reads Kafka."""
+    caller's (when the session is up as it starts); the returned callable waits for its
+    result and re-raises its error. For driver work that hands data to Spark (the JVM's half
+    of it) while the caller reads Kafka."""
     description = _description
 
     def run() -> T:
