@@ -250,13 +250,13 @@ def short_of_context(
 
 
 def destination_windows(
-    anchors: Iterable[Mapping], before_ms: int, after_ms: int
+    keys: Iterable[tuple[str, int, int]], before_ms: int, after_ms: int
 ) -> dict[TopicPartitionKey, list[tuple[int, int]]]:
-    """Merged timestamp windows per destination partition."""
+    """Merged timestamp windows per destination partition, of the anchor positions `keys`
+    (dst_topic, dst_partition, anchor_timestamp_ms)."""
     per_tp: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
-    for a in anchors:
-        ts = a["anchor_timestamp_ms"]
-        per_tp[(a["dst_topic"], a["dst_partition"])].append((ts - before_ms, ts + after_ms + 1))
+    for t, p, ts in keys:
+        per_tp[(t, p)].append((ts - before_ms, ts + after_ms + 1))
     return {tp: merge_intervals(ws) for tp, ws in per_tp.items()}
 
 

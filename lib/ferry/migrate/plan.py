@@ -271,10 +271,7 @@ def _match_windows(
     """`matching.search: full`: every anchor's whole timestamp window, read at once, and
     matching's row for each position."""
     k, m = cfg.matching.context, cfg.matching
-    positions = [
-        {"dst_topic": t, "dst_partition": p, "anchor_timestamp_ms": ts} for t, p, ts in slice_keys
-    ]
-    windows = destination_windows(positions, m.window_before_ms, m.window_after_ms)
+    windows = destination_windows(slice_keys, m.window_before_ms, m.window_after_ms)
     book = RangeBook()
     dst_ranges = book.new_ranges(window_offsets(dst, windows, dst_bounds, k))
     progress(
