@@ -216,3 +216,35 @@ def test_the_zip_carries_bytecode_that_a_changed_source_overrides(tmp_path, monk
                 data += b"\n__version__ = 'changed'\n"
             zf.writestr(name, data)
     assert imported(changed)[1] == "changed" != version
+
+
+def test_a_driver_imports_the_installed_pyspark_not_spark_submits_zip(tmp_path):
+    """spark-submit puts `$SPARK_HOME/python/lib/pyspark.zip` (and Py4J's) first on the
+    driver's path; with pip's PySpark as SPARK_HOME that zip is the installed package's own
+    copy, which Python compiles on every import. Importing Ferry moves such zips last, so the
+    installed package (with its bytecode) is imported; a zip from elsewhere stays first."""
+    import shutil
+    import subprocess
+    import sys
+
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = [str(lib / "pyspark.zip"), *map(str, lib.glob("py4j-*-src.zip"))]
+    assert len(zips) == 2 and all(Path(z).is_file() for z in zips)
+    ferry_lib = str(Path(__file__).resolve().parents[2] / "lib")
+
+    def imported(path: list[str]) -> list[str]:
+        code = "import ferry, pyspark, py4j; print(pyspark.__file__); print(py4j.__file__)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={"PYTHONPATH": ":".join([ferry_lib, *path])}, cwd=tmp_path,
+                             check=True)  # fmt: skip
+        return out.stdout.split()
+
+    for where in imported(zips):
+        assert ".zip" not in where and where.endswith(".py"), where
+    elsewhere = tmp_path / "spark" / "python" / "lib"
+    elsewhere.mkdir(parents=True)
+    copies = [shutil.copy(z, elsewhere) for z in zips]
+    for where in imported(copies):
+        assert where.startswith(str(elsewhere)), where
