@@ -93,11 +93,16 @@ def nearest_records(positions: Iterable[Position], records: Mapping) -> dict[Pos
             continue
         offsets, stamps = records[(t, p)][:2]
         at = np.searchsorted(offsets, np.asarray(committed, dtype=offsets.dtype), side="left")
-        for c, i in zip(committed, at.tolist(), strict=True):
+        # each one's record before and at it, gathered at once as Python ints (a numpy
+        # scalar each: 0.3 s at 250,000 positions)
+        before, after = np.maximum(at - 1, 0), np.minimum(at, len(offsets) - 1)
+        last = zip(offsets[before].tolist(), stamps[before].tolist(), strict=True)
+        first = zip(offsets[after].tolist(), stamps[after].tolist(), strict=True)
+        for c, i, (lo, lt), (fo, ft) in zip(committed, at.tolist(), last, first, strict=True):
             if i > 0:
-                out[(t, p, c)] = Anchor("last", int(offsets[i - 1]), int(stamps[i - 1]), i - 1)
+                out[(t, p, c)] = Anchor("last", lo, lt, i - 1)
             elif i < len(offsets):
-                out[(t, p, c)] = Anchor("next", int(offsets[i]), int(stamps[i]))
+                out[(t, p, c)] = Anchor("next", fo, ft)
             else:
                 out[(t, p, c)] = NO_ANCHOR
     return out

@@ -15,11 +15,11 @@ reading (the default narrow search is `ferry.migrate.search`)."""
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -124,7 +124,9 @@ def extract_source_records(
 
     k = cfg.matching.context
     book = RangeBook()
-    pending = {((t, p), o) for t, p, o in positions}
+    pending: dict[TopicPartitionKey, list[int]] = defaultdict(list)
+    for t, p, o in positions:
+        pending[(t, p)].append(o)
     lookback = 2 * (k + 1)
     tables = []
     read: dict = {}  # per partition, (offsets, timestamps) of the records read so far
@@ -140,7 +142,7 @@ def extract_source_records(
             read = anchors.records_by_partition(
                 pa.concat_tables(tables, promote_options="permissive")
             )
-        offsets_read = {tp: records.offsets.tolist() for tp, records in read.items()}
+        offsets_read = {tp: records.offsets for tp, records in read.items()}
         short = short_of_context(offsets_read, pending, disc.source_bounds, k, lookback)
         if not short:
             break
@@ -231,21 +233,22 @@ def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
 
 def short_of_context(
     read: Mapping[TopicPartitionKey, Sequence[int]],
-    pending: set[tuple[TopicPartitionKey, int]],
+    pending: Mapping[TopicPartitionKey, Sequence[int]],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
     k: int,
     lookback: int,
-) -> set[tuple[TopicPartitionKey, int]]:
-    """Committed offsets with fewer than k+1 records read before them (`read`: the offsets of
-    the records read, per partition) whose read window has not yet reached the log start."""
-    ordered = {tp: sorted(offsets) for tp, offsets in read.items()}
-    short = set()
-    for tp, c in pending:
-        log_start = bounds[tp][0]
-        if max(log_start, c - lookback) <= log_start:
-            continue  # nothing before the window to read
-        if bisect.bisect_left(ordered.get(tp, []), c) < k + 1:
-            short.add((tp, c))
+) -> dict[TopicPartitionKey, np.ndarray]:
+    """Per partition, its committed offsets (`pending`) with fewer than k+1 records read
+    before them (`read`: the offsets of the records read, per partition) whose read window
+    has not yet reached the log start; partitions with none are left out."""
+    short = {}
+    for tp, offsets in pending.items():
+        c = np.asarray(offsets, dtype=np.int64)
+        have = np.sort(np.asarray(read.get(tp, ()), dtype=np.int64))
+        # more to read before the window, and fewer than k + 1 records read before c
+        is_short = (c - lookback > bounds[tp][0]) & (np.searchsorted(have, c) < k + 1)
+        if is_short.any():
+            short[tp] = c[is_short]
     return short
 
 

@@ -4,7 +4,6 @@ context stays within (`ferry.migrate.context`). Pure: no Spark, no Kafka client.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -39,18 +38,30 @@ def subtract_intervals(
 
 
 def source_needs(
-    committed: Iterable[tuple[TopicPartitionKey, int]],
+    committed: Mapping[TopicPartitionKey, Sequence[int]],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
     context: int,
     lookback: int,
 ) -> dict[TopicPartitionKey, list[tuple[int, int]]]:
-    """Per source partition, the offset intervals holding each C's anchor and context."""
-    needs: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
-    for tp, c in committed:
+    """Per source partition, the offset intervals holding each committed offset's anchor and
+    context (`committed`: per partition, its committed offsets), merged: an interval per
+    offset, built and merged by numpy (250,000 offsets one by one took 0.6 s)."""
+    import numpy as np
+
+    needs: dict[TopicPartitionKey, list[tuple[int, int]]] = {}
+    for tp, offsets in committed.items():
         log_start, log_end = bounds[tp]
-        start = max(log_start, c - lookback)
-        end = min(log_end, max(c, log_start) + context + 1)
-        needs[tp].append((start, max(start, end)))
+        c = np.sort(np.asarray(offsets, dtype=np.int64))
+        # both ends grow with c, so the intervals are sorted by start and by end alike
+        start = np.maximum(log_start, c - lookback)
+        end = np.maximum(start, np.minimum(log_end, np.maximum(c, log_start) + context + 1))
+        keep = end > start
+        start, end = start[keep], end[keep]
+        if len(start):
+            breaks = np.flatnonzero(start[1:] > end[:-1]) + 1
+            firsts = np.concatenate(([0], breaks))
+            lasts = np.concatenate((breaks - 1, [len(end) - 1]))
+            needs[tp] = list(zip(start[firsts].tolist(), end[lasts].tolist(), strict=True))
     return needs
 
 
