@@ -14,7 +14,6 @@ Pure: Arrow and plain values, no Spark, no Kafka client.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
 
 from ferry.migrate.model import Plan, Position
 
@@ -40,8 +39,9 @@ def position_table(positions: Mapping[Position, Mapping], order: Sequence[Positi
             values = [None if v is None else convert(v) for v in values]
         return pa.array(values, schema.field(name).type)
 
-    def when(ms: int) -> datetime:
-        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    def when(name: str, key: str):  # noqa: ANN202 - epoch milliseconds as timestamps, cast by Arrow
+        millis = pa.array([r[key] for r in rows], pa.int64())
+        return millis.cast(pa.timestamp("ms", tz="UTC")).cast(schema.field(name).type)
 
     return pa.table(
         {
@@ -54,7 +54,7 @@ def position_table(positions: Mapping[Position, Mapping], order: Sequence[Positi
             "status": col("status", "status", str),
             "anchor_kind": col("anchor_kind", "anchor_kind"),
             "anchor_offset": col("anchor_offset", "anchor_offset"),
-            "anchor_timestamp": col("anchor_timestamp", "anchor_timestamp_ms", when),
+            "anchor_timestamp": when("anchor_timestamp", "anchor_timestamp_ms"),
             "anchor_sha256": col("anchor_sha256", "anchor_sha256", bytes),
             "candidate_count": col("candidate_count", "candidate_count"),
         }
