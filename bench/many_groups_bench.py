@@ -197,20 +197,74 @@ def best_floor(src: Cluster, dst: Cluster, prefix: str, states: str, **kwargs: o
     """The faster of two `raw_floor` runs that finish: a floor is the least the client needs.
     A run can fail: a burst of 10,000 describes is sometimes left unanswered past the client's
     timeout (docs/kafka.md); such a run is taken again, up to four runs in all, on new
-    clients: librdkafka once aborted the process retrying on the client that had timed out
-    (`rd_kafka_enq_once_del_source_return`, as `write_floor` saw)."""
+    clients. The runs happen in a process of their own (spawned, one after another on its
+    clients, as in one program): after such a timeout librdkafka has aborted the whole
+    process (`rd_kafka_enq_once_del_source_return`), on the client that timed out and on a
+    new one alike. A process that dies so is a failed run, and the rest are taken in a new
+    one."""
+    import multiprocessing
+    import queue as queues
+
+    context = multiprocessing.get_context("spawn")
+    sides = ((src.name, dict(src.conf)), (dst.name, dict(dst.conf)))
     times: list[float] = []
-    for _ in range(4):
-        try:
-            times.append(raw_floor(src, dst, prefix, states, **kwargs))  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - the floor's own client failing
-            print(f"floor ({states}) run failed, taken again: {exc}", file=sys.stderr)
-            src, dst = Cluster(src.name, src.conf), Cluster(dst.name, dst.conf)
-        if len(times) == 2:
-            break
+    attempts = 0
+    while attempts < 4 and len(times) < 2:
+        answers = context.Queue()
+        child = context.Process(
+            target=_floor_runs,
+            args=(answers, *sides, prefix, states, kwargs, 2 - len(times), 4 - attempts),
+        )
+        child.start()
+        finished = False
+        while not finished:
+            try:
+                kind, value = answers.get(timeout=1)
+            except queues.Empty:
+                if child.is_alive():
+                    continue
+                attempts += 1  # it died mid-run, its answer with it
+                print(f"floor ({states}) run died (exit {child.exitcode}), taken again in a "
+                      "new process", file=sys.stderr)  # fmt: skip
+                break
+            if kind == "time":
+                attempts += 1
+                times.append(value)
+            elif kind == "failed":
+                attempts += 1
+                print(f"floor ({states}) run failed, taken again: {value}", file=sys.stderr)
+            else:
+                finished = True
+        child.join()
     if not times:
         raise RuntimeError(f"the raw-client floor ({states}) failed four times")
     return min(times)
+
+
+def _floor_runs(
+    answers,  # noqa: ANN001 - a multiprocessing queue
+    src: tuple[str, dict],
+    dst: tuple[str, dict],
+    prefix: str,
+    states: str,
+    kwargs: dict,
+    wanted: int,
+    attempts: int,
+) -> None:
+    """`best_floor`'s process: `raw_floor` runs until `wanted` finish or `attempts` are
+    spent, each time or failure sent as it happens, new clients after a failure."""
+    s, d = Cluster(*src), Cluster(*dst)
+    done = 0
+    for _ in range(attempts):
+        try:
+            answers.put(("time", raw_floor(s, d, prefix, states, **kwargs)))
+            done += 1
+        except Exception as exc:  # noqa: BLE001 - the floor's own client failing
+            answers.put(("failed", str(exc)))
+            s, d = Cluster(*src), Cluster(*dst)
+        if done == wanted:
+            break
+    answers.put(("done", None))
 
 
 def write_floor(dst: Cluster, groups: dict[str, Offsets], shift: int = REPLICATED_FROM) -> float:
