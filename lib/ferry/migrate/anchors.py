@@ -17,11 +17,11 @@ Pure: numpy and pyarrow, no Spark, no Kafka client.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from ferry.keys import TopicPartitionKey
+from ferry.migrate.model import offsets_by_partition
 
 Position = tuple[str, int, int]  # source topic, partition, committed offset
 
@@ -83,11 +83,8 @@ def nearest_records(positions: Iterable[Position], records: Mapping) -> dict[Pos
     read in order and their timestamps, `records_by_partition`)."""
     import numpy as np
 
-    per_tp: dict[TopicPartitionKey, list[int]] = defaultdict(list)
-    for t, p, c in positions:
-        per_tp[(t, p)].append(c)
     out: dict[Position, Anchor] = {}
-    for (t, p), committed in per_tp.items():
+    for (t, p), committed in offsets_by_partition(positions).items():
         if (t, p) not in records:
             out.update({(t, p, c): NO_ANCHOR for c in committed})
             continue

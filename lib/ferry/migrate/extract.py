@@ -39,6 +39,7 @@ from ferry.kafka.reader import OffsetRange
 from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors, context, matching
 from ferry.migrate.discover import Discovery
+from ferry.migrate.model import offsets_by_partition
 from ferry.migrate.ranges import RangeBook, merge_intervals, source_needs
 from ferry.session import SparkOrLater, arrow_df
 
@@ -124,9 +125,7 @@ def extract_source_records(
 
     k = cfg.matching.context
     book = RangeBook()
-    pending: dict[TopicPartitionKey, list[int]] = defaultdict(list)
-    for t, p, o in positions:
-        pending[(t, p)].append(o)
+    pending = offsets_by_partition(positions)
     lookback = 2 * (k + 1)
     tables = []
     read: dict = {}  # per partition, (offsets, timestamps) of the records read so far

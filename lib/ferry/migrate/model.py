@@ -12,7 +12,7 @@ Pure: no Spark, no Kafka client (`ferry.migrate.plan` builds a `Plan`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ferry.keys import TopicPartitionKey
@@ -20,6 +20,16 @@ from ferry.migrate.spans import Span, row_span, span_between
 from ferry.status import GroupStatus
 
 Position = tuple[str, int, int]  # source topic, partition, committed offset
+
+
+def offsets_by_partition(positions: Iterable[Position]) -> dict[TopicPartitionKey, list[int]]:
+    """The positions' committed offsets per source partition, in the positions' order."""
+    out: dict[TopicPartitionKey, list[int]] = {}
+    for t, p, c in positions:
+        if (offsets := out.get((t, p))) is None:
+            offsets = out[(t, p)] = []
+        offsets.append(c)
+    return out
 
 
 def row_order(row: Mapping) -> tuple:
