@@ -45,6 +45,9 @@
 #   FERRY_ENV_DIR         where the shipped environment is kept by content hash, a Hadoop URI
 #                         (default on YARN: /user/$USER/.ferry/env; none: upload every time)
 #   PYSPARK_PYTHON        local masters: the Python workers' interpreter (default: .venv's)
+#   FERRY_OOM_GRACE_S     client deploy mode: a run still waiting on its driver JVM this many
+#                         seconds after the JVM ran out of memory ends with exit code 1
+#                         (default 60; lib/ferry/driver_watch.py)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PASS_THROUGH=" --name --num-executors --executor-memory --executor-cores --total-executor-cores
@@ -302,6 +305,16 @@ SUBMIT_OPTS=""
 # JIT tier (C2) pays off only in long runs, and on a small machine its compiler threads take
 # the cores the job needs (bench/fixed_cost.py, where the trivial job gets it too).
 [ "$LOCAL" = 1 ] && SUBMIT_OPTS="-XX:TieredStopAtLevel=1"
+# A driver JVM here (client deploy mode) creates a marker file at its first OutOfMemoryError,
+# and the Python driver ends a run that then stops answering (lib/ferry/driver_watch.py). The
+# JVM's own words (that report, GC warnings) go to stderr: stdout is the job's (-o json).
+if [ "$DEPLOY_MODE" = client ]; then
+  OOM_MARKER="${TMPDIR:-/tmp}/ferry-oom-$$"
+  ENVS+=("FERRY_OOM_MARKER=$OOM_MARKER")
+  SUBMIT_OPTS="${SUBMIT_OPTS:+$SUBMIT_OPTS }'-XX:OnOutOfMemoryError=touch $OOM_MARKER'"
+  SUBMIT_OPTS="$SUBMIT_OPTS -XX:+DisplayVMOutputToStderr -Xlog:disable"
+  SUBMIT_OPTS="$SUBMIT_OPTS -Xlog:all=warning:stderr:uptime,level,tags"
+fi
 
 # Each run's Spark logging goes to its own file (conf/log4j2.properties), named to the Python
 # driver as FERRY_LOG_FILE; the console keeps Ferry's own lines. --verbose: Spark's defaults.

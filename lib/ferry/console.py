@@ -8,7 +8,9 @@ until it ended, or lost them when it was killed.
 What is not Ferry's word goes to the run's log file instead:
 - Java stack traces: a JVM thread that dies uncaught (Py4J's reader out of memory, say) prints
   one beside the job's one-line error, which names the log file;
-- Ivy's resolution report (`--packages`, `--delta`): ~90 lines before the job starts.
+- Ivy's resolution report (`--packages`, `--delta`): ~90 lines before the job starts;
+- the JVM's report of its first OutOfMemoryError (`#` lines, the command spark-submit.sh
+  has it run: lib/ferry/driver_watch.py), which the job's one line says in its own words.
 spark-submit itself failing (`Exception in thread "main" ...`: a package that does not
 resolve, say) becomes one `error:` line naming the log file, unless the job has said its own
 `error:` line already. Every other line (the JVM's own start-up errors included) reaches the
@@ -30,6 +32,11 @@ _MAIN_FAILED = re.compile(rb'^Exception in thread "main" (?:[\w$.]+(?:Exception|
 # and ends with the retrieval's count; a failed resolution ends it with spark-submit's exception.
 _IVY_START = re.compile(rb"^(?::: loading settings :: |Ivy Default Cache set to: )")
 _IVY_END = re.compile(rb"^\t\d+ artifacts copied, \d+ already retrieved")
+# HotSpot's out-of-memory report: a bare `#`, then these.
+_VM_REPORT = re.compile(
+    rb"^# (?:java\.lang\.OutOfMemoryError\b|-XX:OnOutOfMemoryError=|  Executing /bin/sh -c )"
+)
+_BARE_HASH = b"#\n"
 
 
 class ConsoleFilter:
@@ -40,6 +47,7 @@ class ConsoleFilter:
         self.is_in_ivy = False
         self.has_error = False  # an `error:` line reached the console: the run's one line
         self.pending = b""
+        self.held = b""  # a bare `#`, until the next line says whose it is
 
     def feed(self, data: bytes) -> tuple[bytes, bytes]:
         """The console's bytes and the log file's for `data` (complete lines only; a partial
@@ -59,9 +67,21 @@ class ConsoleFilter:
         if self.pending:
             self._route(self.pending, console, log)
             self.pending = b""
+        if self.held:
+            self._say(console, self.held)
+            self.held = b""
         return b"".join(console), b"".join(log)
 
     def _route(self, line: bytes, console: list[bytes], log: list[bytes]) -> None:
+        if self.held:
+            held, self.held = self.held, b""
+            (log if _VM_REPORT.match(line) else console).append(held)
+        if line == _BARE_HASH:
+            self.held = line
+            return
+        if _VM_REPORT.match(line):
+            log.append(line)
+            return
         failed = _MAIN_FAILED.match(line)
         if failed:
             self.is_in_ivy = False

@@ -133,3 +133,60 @@ def test_a_task_out_of_memory_on_a_local_master_fails_the_job_not_the_driver(tmp
         "--driver-memory",
     )
     assert "SparkUncaughtExceptionHandler" not in log.read_text()
+
+
+WEDGED_AFTER_OUT_OF_MEMORY = """\
+from ferry.cli import exit_process, run
+from ferry.session import build_session
+
+
+def main(argv):
+    spark = build_session("ferry-wedged")
+    try:  # more than the whole heap: an OutOfMemoryError at once, the JVM itself unharmed
+        spark._jvm.java.nio.ByteBuffer.allocate(1_500_000_000)
+    except Exception:
+        pass
+    # as a JVM whose own thread died of the error leaves the driver: waiting for an answer
+    spark._jvm.java.lang.Thread.sleep(600_000)
+    return 0
+
+
+if __name__ == "__main__":
+    exit_process(run(main))
+"""
+
+
+def test_a_driver_left_waiting_after_out_of_memory_ends_in_one_line(tmp_path):
+    """The driver JVM ran out of memory and the run is still waiting on it: the run ends after
+    $FERRY_OOM_GRACE_S with the one line and exit code 1, not when a scheduler kills it. Run by
+    the very command spark-submit.sh builds (its OnOutOfMemoryError marker, its environment),
+    with this script in the job's place."""
+    script = tmp_path / "wedged.py"
+    script.write_text(WEDGED_AFTER_OUT_OF_MEMORY)
+    config = tmp_path / "job.yaml"
+    config.write_text("")
+    env = {**os.environ, "FERRY_LOG_DIR": str(tmp_path / "logs"), "FERRY_OOM_GRACE_S": "3"}
+    printed = subprocess.run(
+        [str(ROOT / "spark-submit.sh"), "--driver-memory", "512m", "--print-command",
+         "migrate", "--config", str(config)],
+        capture_output=True, text=True, check=True, cwd=ROOT, env=env,
+    ).stdout.strip()  # fmt: skip
+    job = f"{ROOT / 'jobs' / 'migrate.py'} --config {config}"
+    assert printed.endswith(job) and "OnOutOfMemoryError" in printed, printed
+    marker = next(w for w in printed.split() if w.startswith("FERRY_OOM_MARKER=")).split("=")[1]
+    (tmp_path / "logs").mkdir()
+
+    result = subprocess.run(
+        ["bash", "-c", printed[: -len(job)] + str(script)],
+        capture_output=True, text=True, timeout=240, check=False, cwd=ROOT, env=env,
+    )  # fmt: skip
+
+    # spark-submit merges the Python driver's stderr into its stdout (see spark-submit.sh)
+    merged = subprocess.CompletedProcess(result.args, result.returncode, "", result.stdout)
+    _assert_one_line(
+        merged,
+        "error: Spark ran out of memory in the driver (java.lang.OutOfMemoryError",
+        "its JVM stopped answering for 3 s",
+        "--driver-memory",
+    )
+    assert not os.path.exists(marker)

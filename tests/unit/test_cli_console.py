@@ -86,6 +86,21 @@ def test_stack_traces_go_to_the_log_and_a_failed_start_is_one_error_line():
     assert console == b"error: Spark's driver JVM stopped\n" and unresolved in log
 
 
+def test_the_jvms_out_of_memory_report_goes_to_the_log():
+    report = (
+        b"#\n# java.lang.OutOfMemoryError: Java heap space\n"
+        b'# -XX:OnOutOfMemoryError="touch /tmp/ferry-oom-31654"\n'
+        b'#   Executing /bin/sh -c "touch /tmp/ferry-oom-31654"...\n'
+    )
+    before, after = b"[   1.0s] source: reading\n", b"error: Spark ran out of memory\n"
+    console, log = routed(before + report + after)
+    assert console == before + after
+    assert log == report
+    # a bare `#` of anything else (a crash banner) reaches the console, the last line too
+    crash = b"#\n# A fatal error has been detected by the Java Runtime Environment:\n#\n"
+    assert routed(crash) == (crash, b"")
+
+
 def test_a_last_line_without_its_newline_still_arrives():
     console, _ = routed(b"[   2.0s] done\nerror: the end")
     assert console == b"[   2.0s] done\nerror: the end"

@@ -1,13 +1,15 @@
-"""Spark failures end in one line naming the cause and what to change (ferry.cli): read from
-the text Py4J carries out of the JVM, here written out as Spark 4 words it, without a JVM."""
+"""Spark failures end in one line naming the cause and what to change (ferry.cli,
+ferry.spark_failures): read from the text Py4J carries out of the JVM, here written out as
+Spark 4 words it, without a JVM."""
 
 from __future__ import annotations
 
 import pytest
 from py4j.protocol import Py4JError, Py4JNetworkError
 
-from ferry.cli import EXIT_INCOMPLETE, error_line, run, spark_failure
+from ferry.cli import EXIT_INCOMPLETE, error_line, run
 from ferry.errors import FerryError
+from ferry.spark_failures import spark_failure
 
 CALL = "An error occurred while calling o58.collectToPython.\n: "
 ABORTED = "org.apache.spark.SparkException: Job aborted due to stage failure: "
