@@ -74,3 +74,10 @@ def test_a_small_arrow_table_stays_a_local_relation(spark):
     table = pa.table({"x": pa.array(range(5_000), pa.int64())})
     df = session.arrow_df(spark, table, StructType([StructField("x", LongType())]))
     assert "LocalRelation" in df._jdf.queryExecution().optimizedPlan().toString()
+
+
+def test_a_started_session_is_the_session_and_its_warm_up_runs_on_it(spark):
+    """`start_session` hands back the session, and the warm-up it starts beside it makes its
+    DataFrame without error on the very Spark the runs use (the time it saves: positions_bench)."""
+    assert session.start_session("ferry-test")() is spark
+    session._warm_up(spark)
