@@ -25,16 +25,16 @@ from types import FrameType
 
 DEFAULT_GRACE_S = 60.0
 POLL_S = 0.5
-# Frames a run must not be stopped inside: (module file's tail, function).
-UNSTOPPABLE = (("write/commit.py", "write_batch"),)
 
 
 def is_unstoppable(frame: FrameType | None) -> bool:
-    """Whether a stack (its innermost frame) is inside a step that must run to its end."""
+    """Whether a stack (its innermost frame) is inside a step that must run to its end: a
+    batch of offset writes. Imported when asked (after an OutOfMemoryError), not with the CLI."""
+    from ferry.write.commit import write_batch
+
+    unstoppable = {write_batch.__code__}
     while frame is not None:
-        code = frame.f_code
-        name = code.co_filename.replace(os.sep, "/")
-        if any(name.endswith(tail) and code.co_name == fn for tail, fn in UNSTOPPABLE):
+        if frame.f_code in unstoppable:
             return True
         frame = frame.f_back
     return False

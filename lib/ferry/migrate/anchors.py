@@ -21,9 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from ferry.keys import TopicPartitionKey
-from ferry.migrate.model import offsets_by_partition
-
-Position = tuple[str, int, int]  # source topic, partition, committed offset
+from ferry.migrate.model import Position, offsets_by_partition
 
 
 class PartitionRecords(NamedTuple):
