@@ -81,7 +81,7 @@ def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, ds
     candidates_df = matching.with_candidates(
         anchors_df, source_prints(spark, src_df), located(spark, dst_df), k, before, after
     )
-    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, after, k)
+    resolved_df = matching.resolve(candidates_df, bounds_df, after)
     by_offset = {r.committed_offset: r.asDict() for r in resolved_df.collect()}
     assert len(by_offset) == resolved_df.count()  # one row per position
     return {g: {"group": g, **by_offset[c]} for g, c in commits}
@@ -275,18 +275,15 @@ def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spa
     """Ranking alone, on inline candidates: the longest context before, then after, wins; two
     candidates sharing the best pair are AMBIGUOUS whatever the others score, and ties lower
     down do not matter."""
-    anchors_df = spark.createDataFrame(
-        [
-            # at k = 2: two records before the anchor, one after it
-            ("src", 0, c, "dst", 0, 0, 10**6, "last", c - 1, T0, h("x"), 5, 3, 6)
-            for c in (10, 20, 30)
-        ],
+    # each anchor at k = 2 with two records before it and one after it; position 40 has no
+    # candidate (its one row carries none)
+    anchor_df = spark.createDataFrame(
+        [("src", 0, c, "dst", 0, "last", c - 1, T0, h("x"), 2, 1) for c in (10, 20, 30, 40)],
         "src_topic string, src_partition int, committed_offset long, dst_topic string, "
-        "dst_partition int, src_log_start_offset long, src_log_end_offset long, "
-        "anchor_kind string, anchor_offset long, anchor_timestamp_ms long, "
-        "anchor_sha256 binary, src_at int, src_first int, src_last int",
+        "dst_partition int, anchor_kind string, anchor_offset long, anchor_timestamp_ms long, "
+        "anchor_sha256 binary, src_before_size int, src_after_size int",
     )
-    candidates_df = spark.createDataFrame(
+    scores_df = spark.createDataFrame(
         [
             # position 10: one best (2, 1) at 107, two lower ones tied (2, 0)
             ("src", 0, 10, 105, T0, 2, 0, True),
@@ -302,10 +299,13 @@ def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spa
         "src_topic string, src_partition int, committed_offset long, candidate_offset long, "
         "candidate_timestamp_ms long, match_before int, match_after int, has_dst_next boolean",
     )
+    candidates_df = anchor_df.join(scores_df, matching.ANCHOR_KEYS, "left").select(
+        *matching.CANDIDATE_COLUMNS
+    )
     bounds_df = spark.createDataFrame([("dst", 0, 0, 1000, T0 + 10**9)], DST_BOUNDS_SCHEMA)
     out = {
         r.committed_offset: r
-        for r in matching.resolve(anchors_df, candidates_df, bounds_df, 60_000, 2).collect()
+        for r in matching.resolve(candidates_df, bounds_df, 60_000).collect()
     }
     assert (out[10].status, out[10].destination_offset, out[10].candidate_count) == (
         "MATCHED", 108, 3,
@@ -315,3 +315,33 @@ def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spa
         "AMBIGUOUS", None, 3,
     )  # fmt: skip
     assert (out[30].status, out[30].destination_offset) == ("MATCHED", 301)
+    assert (out[40].status, out[40].destination_offset, out[40].candidate_count) == (
+        "NOT_FOUND", None, 0,
+    )  # fmt: skip
+
+
+def test_positions_are_resolved_where_the_anchors_cache_put_them(spark):
+    """The anchors cached by position (as `plan` caches them) stream past the broadcast
+    candidates, so resolving them shuffles nothing: no exchange is added for the query's
+    needs (joined the other way round, the candidates would be grouped by one)."""
+    from ferry.session import local_df
+
+    values = [f"v{i}" for i in range(20)]
+    src = records(spark, "src", values)
+    dst = records(spark, "dst", values, first_offset=100)
+    positions = [("src", 0, c, "dst", 0, 0, 10**6) for c in (3, 8, 12)]
+    anchors_df = anchors_of(spark, positions, src).repartition(8, *matching.ANCHOR_KEYS).cache()
+    try:
+        bounds_df = local_df(spark, [("dst", 0, 100, 120, T0 + 10**9)], DST_BOUNDS_SCHEMA)
+        candidates_df = matching.with_candidates(
+            anchors_df, source_prints(spark, src), located(spark, dst), 4, 60_000, 60_000
+        )
+        resolved_df = matching.resolve(candidates_df, bounds_df, 60_000)
+        assert sorted(r.destination_offset for r in resolved_df.collect()) == [103, 108, 112]
+        shown = resolved_df._jdf.queryExecution().executedPlan().toString()
+        assert "isFinalPlan=true" in shown
+        final = shown.split("\n+- == Initial Plan ==")[0]  # the query's own, unindented
+        added = [line for line in final.splitlines() if "ENSURE_REQUIREMENTS" in line]
+        assert added == [], shown
+    finally:
+        anchors_df.unpersist()

@@ -19,12 +19,13 @@ partition its position's result afterwards, on the driver):
    driver, which holds the source records read (`ferry.migrate.anchors`,
    `ferry.migrate.context`).
 3. `with_candidates` joins anchors to destination records with the same SHA-256 whose
-   timestamp is within [anchor − window_before_ms, anchor + window_after_ms], and scores
-   each candidate by the length of the common prefix of its neighbours and the anchor's,
-   before and after.
-4. `resolve` keeps the candidate with the longest matching context before, then after; a tie
-   at the top is AMBIGUOUS. MATCHED commits candidate + 1 (the record after the last consumed
-   one); MATCHED_NEXT commits the candidate itself; EMPTY commits the destination's log end.
+   timestamp is within [anchor − window_before_ms, anchor + window_after_ms] (an anchor with
+   none keeps one row), and scores each candidate by the length of the common prefix of its
+   neighbours and the anchor's, before and after.
+4. `resolve` groups each position's rows and keeps the candidate with the longest matching
+   context before, then after; a tie at the top is AMBIGUOUS. MATCHED commits candidate + 1
+   (the record after the last consumed one); MATCHED_NEXT commits the candidate itself; EMPTY
+   commits the destination's log end.
    No candidate is PENDING while the destination has not been written past the window (the
    replica may still bring the record) and NOT_FOUND after. INCONSISTENT: the source's next
    record exists and so does the destination's, but they differ — the last consumed record
@@ -201,6 +202,20 @@ def _common_prefix(x: Column, y: Column) -> Column:
     )
 
 
+# A scored candidate of an anchor (`with_candidates`); all null but the anchor's for an anchor
+# with none.
+CANDIDATE_COLUMNS = [
+    *ANCHOR_RESULT_COLUMNS,
+    "src_before_size",
+    "src_after_size",
+    "candidate_offset",
+    "candidate_timestamp_ms",
+    "match_before",
+    "match_after",
+    "has_dst_next",
+]
+
+
 def with_candidates(
     anchors_df: DataFrame,
     src_fingerprints_df: DataFrame,
@@ -210,27 +225,21 @@ def with_candidates(
     window_after_ms: int,
     within_slices: bool = False,
 ) -> DataFrame:
-    """One row per anchor × destination record with the anchor's hash inside the window;
-    `within_slices`: and inside the anchor's own slice, [slice_start, slice_end), columns
-    `anchors_df` carries (`ferry.migrate.slices.with_slices`) — a condition of the same join,
-    not another join. `src_fingerprints_df`: the fingerprints of the anchors' partitions
+    """Every anchor once per destination record with its hash inside its window, scored by
+    how much of their contexts match (`CANDIDATE_COLUMNS`), or once with no candidate;
+    `within_slices`: only records inside the anchor's own slice, [slice_start, slice_end),
+    columns `anchors_df` carries (`ferry.migrate.slices.with_slices`) — a condition of the
+    same join. `src_fingerprints_df`: the fingerprints of the anchors' partitions
     (`FINGERPRINT_FIELDS`); `dst_located`: at least every destination record that can be a
     candidate, located, with its timestamp and SHA-256.
 
     The possible candidates (the records sharing an anchor's fingerprint, picked on the
-    driver, `ferry.migrate.context`) meet the anchors in one broadcast join, which carries the
-    anchors' own locations too; every record read is never handed to Spark, and both contexts
-    are cut and compared in one projection at the end."""
+    driver, `ferry.migrate.context`; never more than the records read) are broadcast and the
+    anchors streamed past them: the rows keep the anchors' partitioning (cached by position,
+    `ferry.migrate.plan`), so `resolve` groups them without a shuffle and without joining the
+    anchors again. Both contexts are cut and compared in one projection at the end."""
     bounds = ["slice_start", "slice_end"] if within_slices else []
-    wanted = anchors_df.filter(F.col("anchor_kind") != "none").select(
-        *ANCHOR_KEYS,
-        "dst_topic",
-        "dst_partition",
-        "anchor_sha256",
-        "anchor_timestamp_ms",
-        *ANCHOR_LOCATION_COLUMNS,
-        *bounds,
-    )
+    a = anchors_df.select(*ANCHOR_RESULT_COLUMNS, *ANCHOR_LOCATION_COLUMNS, *bounds)
     d = _renamed(
         dst_located.index_df,
         topic="d_topic",
@@ -242,35 +251,35 @@ def with_candidates(
         first="d_first",
         last="d_last",
     )
-    w = F.broadcast(wanted)
     on = (
-        (w.dst_topic == d.d_topic)
-        & (w.dst_partition == d.d_partition)
-        & (w.anchor_sha256 == d.d_sha256)
-        & (d.d_timestamp_ms >= w.anchor_timestamp_ms - F.lit(window_before_ms))
-        & (d.d_timestamp_ms <= w.anchor_timestamp_ms + F.lit(window_after_ms))
+        (a.dst_topic == d.d_topic)
+        & (a.dst_partition == d.d_partition)
+        & (a.anchor_sha256 == d.d_sha256)  # null for an anchor of kind "none": no candidate
+        & (d.d_timestamp_ms >= a.anchor_timestamp_ms - F.lit(window_before_ms))
+        & (d.d_timestamp_ms <= a.anchor_timestamp_ms + F.lit(window_after_ms))
     )
     if within_slices:
-        on = on & (d.candidate_offset >= w.slice_start) & (d.candidate_offset < w.slice_end)
-    located = d.join(w, on).select(
-        *ANCHOR_KEYS,
-        "dst_topic",
-        "dst_partition",
+        on = on & (d.candidate_offset >= a.slice_start) & (d.candidate_offset < a.slice_end)
+    located = a.join(F.broadcast(d), on, "left").select(
+        *ANCHOR_RESULT_COLUMNS,
+        *ANCHOR_LOCATION_COLUMNS,
         "candidate_offset",
         "d_timestamp_ms",
         "d_at",
         "d_first",
         "d_last",
-        *ANCHOR_LOCATION_COLUMNS,
     )
     src = ("src_topic", "src_partition")
     cut = with_context(located, src_fingerprints_df, k, src, ("src_at", "src_first", "src_last"),
                        ("src_before", "src_after"))  # fmt: skip
     cut = with_context(cut, dst_located.fingerprints_df, k, ("dst_topic", "dst_partition"),
                        ("d_at", "d_first", "d_last"), ("d_before", "d_after"))  # fmt: skip
+    before_size, after_size = _context_sizes(*(F.col(c) for c in ANCHOR_LOCATION_COLUMNS), k)
     _, d_after_size = _context_sizes(F.col("d_at"), F.col("d_first"), F.col("d_last"), k)
     return cut.select(
-        *ANCHOR_KEYS,
+        *ANCHOR_RESULT_COLUMNS,
+        F.coalesce(before_size, F.lit(0)).alias("src_before_size"),
+        F.coalesce(after_size, F.lit(0)).alias("src_after_size"),
         "candidate_offset",
         F.col("d_timestamp_ms").alias("candidate_timestamp_ms"),
         _common_prefix(F.col("src_before"), F.col("d_before")).alias("match_before"),
@@ -279,55 +288,46 @@ def with_candidates(
     )
 
 
-def resolve(
-    anchors_df: DataFrame,
-    candidates_df: DataFrame,
-    dst_bounds_df: DataFrame,
-    window_after_ms: int,
-    k: int,
-) -> DataFrame:
+def resolve(candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms: int) -> DataFrame:
     """Exactly one row per position with status and offset (`POSITION_COLUMNS`), and
-    is_full_match (the destination search's test of a decided slice)."""
+    is_full_match (the destination search's test of a decided slice), from its anchor's
+    scored candidates (`with_candidates`)."""
     # The best candidate is the greatest (match_before, match_after, -offset); a tie at the top
     # is two candidates with the best (match_before, match_after), whose lowest and highest
-    # offsets then differ. Two maxima of one grouping, over candidates already sorted by
-    # position for the join before it: no window, no sort of their own.
+    # offsets then differ. Two maxima of one grouping, and the anchor's own columns (the same
+    # on each of its rows) taken from any row: no window, no join back to the anchors.
+    has_candidate = F.col("candidate_offset").isNotNull()
+    top = F.struct(
+        "match_before",
+        "match_after",
+        (-F.col("candidate_offset")).alias("lowest_first"),
+        "candidate_offset",
+        "has_dst_next",
+        "candidate_timestamp_ms",
+    )
+    top_last = F.struct("match_before", "match_after", "candidate_offset")
+    anchor_columns = [*ANCHOR_RESULT_COLUMNS[len(ANCHOR_KEYS) :], "src_before_size",
+                      "src_after_size"]  # fmt: skip
     best = candidates_df.groupBy(*ANCHOR_KEYS).agg(
-        F.count(F.lit(1)).cast(IntegerType()).alias("candidate_count"),
-        F.max(
-            F.struct(
-                "match_before",
-                "match_after",
-                (-F.col("candidate_offset")).alias("lowest_first"),
-                "candidate_offset",
-                "has_dst_next",
-                "candidate_timestamp_ms",
-            )
-        ).alias("top"),
-        F.max(F.struct("match_before", "match_after", "candidate_offset")).alias("top_last"),
+        *(F.first(c).alias(c) for c in anchor_columns),
+        F.count("candidate_offset").cast(IntegerType()).alias("candidate_count"),
+        F.max(F.when(has_candidate, top)).alias("top"),
+        F.max(F.when(has_candidate, top_last)).alias("top_last"),
     )
-    before_size, after_size = _context_sizes(*(F.col(c) for c in ANCHOR_LOCATION_COLUMNS), k)
-    anchors = anchors_df.select(
-        *ANCHOR_RESULT_COLUMNS,
-        F.coalesce(before_size, F.lit(0)).alias("src_before_size"),
-        F.coalesce(after_size, F.lit(0)).alias("src_after_size"),
-    )
-    plan = anchors.join(best, ANCHOR_KEYS, "left").join(
-        dst_bounds_df, ["dst_topic", "dst_partition"], "left"
-    )
-    top = F.col("top")
-    has_candidate = top.isNotNull()
-    is_tie = top["candidate_offset"] != F.col("top_last.candidate_offset")
+    plan = best.join(dst_bounds_df, ["dst_topic", "dst_partition"], "left")
+    top_col = F.col("top")
+    has_top = top_col.isNotNull()
+    is_tie = top_col["candidate_offset"] != F.col("top_last.candidate_offset")
     is_inconsistent = (
-        (F.col("src_after_size") > 0) & top["has_dst_next"] & (top["match_after"] == 0)
+        (F.col("src_after_size") > 0) & top_col["has_dst_next"] & (top_col["match_after"] == 0)
     )
     replica_behind = F.col("dst_last_timestamp_ms").isNull() | (
         F.col("dst_last_timestamp_ms") < F.col("anchor_timestamp_ms") + F.lit(window_after_ms)
     )
     status = (
         F.when(F.col("anchor_kind") == "none", F.lit(PartitionStatus.EMPTY.value))
-        .when(~has_candidate & replica_behind, F.lit(PartitionStatus.PENDING.value))
-        .when(~has_candidate, F.lit(PartitionStatus.NOT_FOUND.value))
+        .when(~has_top & replica_behind, F.lit(PartitionStatus.PENDING.value))
+        .when(~has_top, F.lit(PartitionStatus.NOT_FOUND.value))
         .when(is_tie, F.lit(PartitionStatus.AMBIGUOUS.value))
         .when(F.col("anchor_kind") == "next", F.lit(PartitionStatus.MATCHED_NEXT.value))
         .when(is_inconsistent, F.lit(PartitionStatus.INCONSISTENT.value))
@@ -335,22 +335,22 @@ def resolve(
     )
     destination = (
         F.when(status == PartitionStatus.EMPTY.value, F.col("dst_log_end_offset"))
-        .when(status == PartitionStatus.MATCHED_NEXT.value, top["candidate_offset"])
-        .when(status == PartitionStatus.MATCHED.value, top["candidate_offset"] + 1)
+        .when(status == PartitionStatus.MATCHED_NEXT.value, top_col["candidate_offset"])
+        .when(status == PartitionStatus.MATCHED.value, top_col["candidate_offset"] + 1)
     )
     return plan.select(
         *ANCHOR_RESULT_COLUMNS,
-        F.coalesce(F.col("candidate_count"), F.lit(0)).alias("candidate_count"),
-        top["match_before"].alias("match_before"),
-        top["match_after"].alias("match_after"),
+        F.col("candidate_count"),
+        top_col["match_before"].alias("match_before"),
+        top_col["match_after"].alias("match_after"),
         destination.cast(LongType()).alias("destination_offset"),
         status.alias("status"),
         status.isin(*RESOLVED_STATUSES).alias("is_resolved"),
         # the top candidate matches the anchor's whole context at its own timestamp
         F.coalesce(
-            (top["match_before"] == F.col("src_before_size"))
-            & (top["match_after"] == F.col("src_after_size"))
-            & (top["candidate_timestamp_ms"] == F.col("anchor_timestamp_ms")),
+            (top_col["match_before"] == F.col("src_before_size"))
+            & (top_col["match_after"] == F.col("src_after_size"))
+            & (top_col["candidate_timestamp_ms"] == F.col("anchor_timestamp_ms")),
             F.lit(False),
         ).alias("is_full_match"),
     )

@@ -243,7 +243,8 @@ def _match_inputs(
     bounds: list[tuple],
 ) -> matching.MatchInputs:
     """The anchors (`anchored_df`), cached hash-partitioned by position (each search step
-    joins them by position twice, and a cache partitioned so is shuffled for neither), the
+    streams them past its candidates and groups the rows by position: partitioned so, with
+    no shuffle, `matching.with_candidates`), the
     source fingerprints their context is cut from, and the destination's bounds
     (`DST_BOUNDS_SCHEMA` rows). `spark` may still be starting: this waits for it."""
     spark = session_of(spark)
@@ -286,9 +287,7 @@ def _match_windows(
         ready.anchors_df, ready.src_prints_df, located, k, m.window_before_ms, m.window_after_ms
     )
     progress("matching anchors to destination records")
-    resolved_df = matching.resolve(
-        ready.anchors_df, candidates_df, ready.bounds_df, m.window_after_ms, k
-    )
+    resolved_df = matching.resolve(candidates_df, ready.bounds_df, m.window_after_ms)
     return collect_rows(resolved_df.select(*matching.POSITION_COLUMNS))
 
 

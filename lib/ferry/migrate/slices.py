@@ -173,7 +173,7 @@ def match_in_slices(
         window_after_ms,
         within_slices=True,
     )
-    resolved_df = matching.resolve(anchors_df, candidates_df, bounds_df, window_after_ms, k)
+    resolved_df = matching.resolve(candidates_df, bounds_df, window_after_ms)
     return resolved_df.select(*matching.POSITION_COLUMNS, "is_full_match")
 
 
