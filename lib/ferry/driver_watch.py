@@ -32,9 +32,8 @@ def is_unstoppable(frame: FrameType | None) -> bool:
     batch of offset writes. Imported when asked (after an OutOfMemoryError), not with the CLI."""
     from ferry.write.commit import write_batch
 
-    unstoppable = {write_batch.__code__}
     while frame is not None:
-        if frame.f_code in unstoppable:
+        if frame.f_code is write_batch.__code__:
             return True
         frame = frame.f_back
     return False

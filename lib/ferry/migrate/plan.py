@@ -243,10 +243,10 @@ def _match_inputs(
     bounds: list[tuple],
 ) -> matching.MatchInputs:
     """The anchors (`anchored_df`), cached hash-partitioned by position (each search step
-    streams them past its candidates and groups the rows by position: partitioned so, with
-    no shuffle, `matching.with_candidates`), the
-    source fingerprints their context is cut from, and the destination's bounds
-    (`DST_BOUNDS_SCHEMA` rows). `spark` may still be starting: this waits for it."""
+    streams them past its candidates and groups the rows by position, which a cache
+    partitioned so needs no shuffle for: `matching.with_candidates`), the source fingerprints
+    their context is cut from, and the destination's bounds (`DST_BOUNDS_SCHEMA` rows).
+    `spark` may still be starting: this waits for it."""
     spark = session_of(spark)
     anchors_df = anchored_df(spark, rows, read, segments).repartition(
         int(spark.conf.get("spark.sql.shuffle.partitions")), *matching.ANCHOR_KEYS
