@@ -11,10 +11,14 @@ group's next source record is found there by content; per group partition, the r
 MM2's committed offset and that one are what a consumer of MM2's translation would receive again
 (behind) or skip (ahead); a partition MM2 left without an offset (its commit below the oldest
 offset sync MM2 kept) is counted apart, with what `auto.offset.reset` would do. Then
-`./spark-submit.sh migrate --execute` (wall time) and the same count on Ferry's offsets (zero
-expected), beside the raw-client floor measured in the same run: a plain confluent-kafka program
-that reads every destination partition once, finds each group's record by content and commits the
-200 groups (what any exact migration must do).
+a trivial PySpark job (`fixed_cost.trivial_command`: the job's own spark-submit command with the
+job file swapped), a `./spark-submit.sh migrate` dry run and `migrate --execute` (wall times),
+and the same count on Ferry's offsets (zero expected), beside the raw-client floors measured in
+the same run: a plain confluent-kafka program that fetches the groups' source offsets, reads
+every record of both clusters once and finds each group's record by content (the read floor),
+then commits the 200 groups (the write floor) — what any exact migration must do. Printed
+against issue #40's targets (never asserted): the dry run <= the trivial job + 2 x the read
+floor, `--execute` <= that + the write floor.
 Exit 1 when a run fails or Ferry's offsets deliver any record again or skip one.
 """
 
@@ -28,6 +32,7 @@ import random
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +40,7 @@ sys.path.insert(0, str(HERE))
 # The destination holds 200 groups x 48 partitions of MM2's syncs beside its own commits.
 os.environ.setdefault("FERRY_BROKER_JVM_OPTS", "-Xmx1g")
 
+from fixed_cost import _clean_env, timed, trivial_command  # noqa: E402
 from many_groups_bench import run_job  # noqa: E402
 from world import BulkProducer, commit_all  # noqa: E402
 
@@ -103,17 +109,67 @@ def count(dest_index: dict, groups: dict, committed: dict) -> dict[str, int]:
     return out
 
 
-def raw_floor(dst_config: dict, groups: dict) -> float:
-    """A plain program's exact migration: read the destination once, find by content, commit."""
+def _consume(config: dict, topic: str, keep) -> None:  # noqa: ANN001 - keep(message)
+    """Every record of `topic` read once by a plain assigned consumer, in batches, each
+    handed to `keep`: the floor's read, as `many_groups_bench.raw_floor` reads."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**config, "group.id": "floor", "enable.auto.commit": False,
+                         "enable.partition.eof": True})  # fmt: skip
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    left = len(partitions)
+    while left:
+        for m in consumer.consume(10_000, 1.0):
+            if m.error() is None:
+                keep(m)
+            elif m.error().code() == -191:  # _PARTITION_EOF
+                left -= 1
+    consumer.close()
+
+
+def raw_floors(src_config: dict, dst_config: dict, groups: dict) -> tuple[float, float]:
+    """(read floor, write floor) in seconds of a plain program's exact migration: the groups'
+    source offsets fetched while every record of both clusters is read once (three threads,
+    as `many_groups_bench.raw_floor`), each group's next record found on the destination by
+    its content; then every group's offsets committed (under other names)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    def source_offsets() -> dict[str, dict[int, int]]:
+        admin = Cluster("source", src_config).admin()
+        futures = {
+            g: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)])[g]
+            for g in groups
+        }
+        return {
+            g: {tp.partition: tp.offset for tp in f.result().topic_partitions}
+            for g, f in futures.items()
+        }
+
     t0 = time.monotonic()
-    records = read_all(dst_config, f"source.{TOPIC}", timeout_s=120)
-    where = {(r.partition, r.value): r.offset for r in records}
+    value_at: dict[tuple[int, int], bytes] = {}
+    where: dict[tuple[int, bytes], int] = {}
+
+    def keep_source(m) -> None:  # noqa: ANN001 - a Message
+        value_at[(m.partition(), m.offset())] = m.value()
+
+    def keep_destination(m) -> None:  # noqa: ANN001 - a Message
+        where[(m.partition(), m.value())] = m.offset()
+
+    with ThreadPoolExecutor(3) as pool:
+        fetched = pool.submit(source_offsets)
+        source = pool.submit(_consume, src_config, TOPIC, keep_source)
+        _consume(dst_config, f"source.{TOPIC}", keep_destination)
+        source.result()
+        offsets = fetched.result()
     exact = {
-        f"floor-{g}": {(f"source.{TOPIC}", p): where[(p, value(p, c))] for (_, p), c in o.items()}
-        for g, o in groups.items()
+        f"floor-{g}": {(f"source.{TOPIC}", p): where[(p, value_at[(p, c)])] for p, c in o.items()}
+        for g, o in offsets.items()
     }
+    read = time.monotonic() - t0
+    t0 = time.monotonic()
     commit_all(Cluster("destination", dst_config), exact)
-    return time.monotonic() - t0
+    return read, time.monotonic() - t0
 
 
 def main() -> int:
@@ -152,12 +208,14 @@ def main() -> int:
                 }
             )
         )
-        code, seconds, peak, tail = run_job(
-            ["migrate", "--config", str(config), "--execute"], work / "execute.out"
-        )
+        argv = ["migrate", "--config", str(config), "-o", "json"]
+        env, trivial_argv = trivial_command(argv)
+        trivial = min(timed(trivial_argv, _clean_env(env))[0] for _ in range(2))
+        dry_code, dry_seconds, _, dry_tail = run_job(argv, work / "dry-run.out")
+        code, seconds, peak, tail = run_job([*argv, "--execute"], work / "execute.out")
         ferry_offsets = kafka.committed_offsets(Cluster("destination", dst.config), list(groups))
         ferry = count(dest_index, groups, ferry_offsets)
-        floor = raw_floor(dst.config, groups)
+        floor, write_floor = raw_floors(src.config, dst.config, groups)
     n = len(groups) * PARTITIONS
     print(f"{len(groups)} groups x {PARTITIONS} partitions ({n} group partitions), {RECORDS} "
           f"records per partition")  # fmt: skip
@@ -171,11 +229,18 @@ def main() -> int:
     print(f"Ferry (migrate --execute, exit {code}, {seconds:.0f} s, peak {peak:.0f} MiB): "
           f"{ferry['again']} delivered again, {ferry['skipped']} skipped, {ferry['off']} off, "
           f"{ferry['unsynced']} without an offset")  # fmt: skip
-    print(f"raw-client floor (read the destination once, find by content, commit): {floor:.0f} s;"
-          f" migrate --execute / floor = {seconds / floor:.1f}x")  # fmt: skip
-    if code != 0:
-        print(tail, file=sys.stderr)
-    return 0 if code == 0 and not any(ferry.values()) else 1
+    target = trivial + 2 * floor
+    print(f"trivial PySpark job {trivial:.1f} s; raw-client floors: read {floor:.1f} s (source "
+          f"offsets, every record of both clusters once, found by content), write "
+          f"{write_floor:.1f} s")  # fmt: skip
+    print(f"migrate dry run {dry_seconds:.1f} s (exit {dry_code}) = {dry_seconds / target:.2f}x "
+          f"(trivial + 2 x read floor = {target:.1f} s; target <= 1)")  # fmt: skip
+    print(f"migrate --execute {seconds:.1f} s = {seconds / (target + write_floor):.2f}x "
+          f"(+ write floor = {target + write_floor:.1f} s; target <= 1)")  # fmt: skip
+    for failed, text in ((dry_code, dry_tail), (code, tail)):
+        if failed != 0:
+            print(text, file=sys.stderr)
+    return 0 if code == 0 and dry_code == 0 and not any(ferry.values()) else 1
 
 
 if __name__ == "__main__":

@@ -128,9 +128,12 @@ def cache_in_background(df: DataFrame) -> Callable[[], None]:
     tasks waiting for any block still being written, so the job's cost hides behind the
     driver's work instead of opening the next query (40 groups: about a second). Filled by
     Spark's no-op write, not a count: a count is two more stages (a partial and a final
-    aggregate) on a cold JVM, and the step's query waited for them (2,000 groups: 0.7 s)."""
+    aggregate) on a cold JVM, and the step's query waited for them (2,000 groups: 0.7 s). The
+    write selects no column: the cache is still built whole, but the scan after it (a job of
+    its own under adaptive execution) reads only its row counts instead of decoding every
+    column (10,000 groups: 0.63 s of task time, now 0.13 s)."""
     df.persist()
-    return in_background("ferry-cache", df.write.format("noop").mode("overwrite").save)
+    return in_background("ferry-cache", df.select().write.format("noop").mode("overwrite").save)
 
 
 def in_background(name: str, fn: Callable[..., T], *args: object) -> Callable[[], T]:
