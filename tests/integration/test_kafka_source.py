@@ -356,23 +356,3 @@ def test_read_arrow_gives_the_rows_read_gives_on_either_path(spark, cluster, pat
     got = sorted(zip(*(table[col].to_pylist() for col in keys), strict=True))
     rows = kafka.read(spark, c, ranges, **options).select(*keys).collect()
     assert got == sorted(tuple(r) for r in rows) and len(got) == 17
-
-
-def test_a_read_begun_beside_is_read_arrow_s_table_read_in_a_worker(spark, cluster, gappy):
-    """`read_arrow_beside`: the driver read's own table (gaps, hashes and all), read by a
-    worker process while the caller goes on; a read that would run through Spark is left to
-    the caller (None)."""
-    from ferry.kafka import isolated
-
-    name, end = gappy
-    ranges = [OffsetRange(name, 0, 0, 9), OffsetRange(name, 0, 12, end)]
-    options = {"columns": ["topic", "partition", "offset", "timestamp"],
-               "hash_fields": ["key", "value"]}  # fmt: skip
-    started = kafka.read_arrow_beside(on("driver", cluster.config), ranges, **options)
-    assert started is not None
-    table = started()
-    assert isolated.workers()  # the worker that read it stays for the job's later calls
-    assert table.equals(kafka.read_arrow(spark, on("driver", cluster.config), ranges, **options))
-    # the committed records only: 8 is a marker, 9-11 an aborted transaction and its marker
-    assert table["offset"].to_pylist() == [*range(8), *range(12, end - 1)]
-    assert kafka.read_arrow_beside(on("spark", cluster.config), ranges, **options) is None

@@ -4,7 +4,6 @@ is closed, and which candidates count (no brokers)."""
 from __future__ import annotations
 
 from ferry.config import FerryConfig
-from ferry.kafka.reader import OffsetRange
 from ferry.migrate import anchors, lookups, search, slices
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.ranges import RangeBook
@@ -118,26 +117,17 @@ def test_slice_bounds_grow_and_close_at_the_log():
 
 
 def test_partitions_read_whole_are_the_small_and_the_densely_anchored():
-    """No lookups where the first slices alone would read half the partition anyway; counted
-    by committed positions, known before the source is read."""
+    """No lookups where the first slices alone would read half the partition anyway."""
     first_read = 2 * (K + 1) + search.FIRST_RADIUS
+
+    def at(tp: tuple[str, int], n: int) -> list[tuple[str, int, int]]:
+        return [(*tp, i) for i in range(n)]  # anchor positions: partition and timestamp
+
     size = 20_000
     dense = -(-size // (2 * first_read))  # the fewest anchors whose first slices cover half
     bounds = {("small", 0): (0, search.SMALL_PARTITION), ("t", 0): (0, size), ("t", 1): (0, size)}
-    positions = {("small", 0): 1, ("t", 0): dense, ("t", 1): dense - 1}
-    assert search.whole_partitions(positions, bounds, K) == {("small", 0), ("t", 0)}
-
-
-def test_a_partition_read_whole_is_read_at_once_from_its_log_start_to_its_end():
-    """What is begun beside the source's read is what the whole slice reads at the first step."""
-    bounds = {("a", 0): (100, 20_100), ("a", 1): (0, 0), ("b", 3): (7, 50)}
-    ranges = search.whole_ranges({("b", 3), ("a", 0), ("a", 1)}, bounds, K)
-    assert ranges == [OffsetRange("a", 0, 100, 20_100), OffsetRange("b", 3, 7, 50)]
-    for r in ranges:
-        assert search._first_slice(0, *bounds[(r.topic, r.partition)], K, True).bounds(K) == (
-            r.start,
-            r.end,
-        )
+    positions = at(("small", 0), 1) + at(("t", 0), dense) + at(("t", 1), dense - 1)
+    assert search._read_whole(positions, bounds, K) == {("small", 0), ("t", 0)}
 
 
 def test_a_slice_never_reads_past_its_window_and_closes_at_it():

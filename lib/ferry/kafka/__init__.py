@@ -6,7 +6,7 @@
   all in bulk, under one retry policy (`retry`, classifying errors with `failures`; `admin`
   re-exports them for old importers);
 - `isolated`: a worker process for the one admin call that can crash the client (committed
-  offsets: librdkafka issue 5040), and for a driver read begun beside the driver's work;
+  offsets: librdkafka issue 5040);
 - `commits`: group offsets written one request per group, confirmed by reading them back;
 - `reader`: the one read loop (plain assigned consumer, reconnects, time limit), shared by the
   driver and the executors;
@@ -50,7 +50,6 @@ _HOMES = {
     "offsets_for_timestamps": "ferry.kafka.probes",
     "read": "ferry.kafka.records",
     "read_arrow": "ferry.kafka.records",
-    "read_arrow_beside": "ferry.kafka.records",
     "timestamp_offsets": "ferry.kafka.log_offsets",
     "watermarks": "ferry.kafka.log_offsets",
 }

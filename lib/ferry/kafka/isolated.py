@@ -19,11 +19,6 @@ repeated (the calls are reads: the answer that killed it is the transient one), 
 retry schedule (`ferry.kafka.retry.Backoff`: 0.2 s doubling to 5 s) until the caller's budget
 (`admin.retry_ms`) is spent; then the call fails with one line naming it. Workers are used one
 call at a time; two threads calling at once get two workers.
-
-A worker is also where a driver read runs beside the driver's own work (`started`: a call
-begun on a thread of its own, waited for later): the read and its hashing take the other
-core, where a thread of the driver would share the driver's one interpreter lock with it
-(two driver reads in threads took as long as one after the other).
 """
 
 from __future__ import annotations
@@ -36,7 +31,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from ferry.errors import ClusterError
@@ -118,16 +112,6 @@ def run(
             raise
         _give_back(worker)
         return value
-
-
-def started(what: str, func: Callable[..., T], *args: object, retry_s: float) -> Callable[[], T]:
-    """`run(what, func, *args)` begun now on a thread of its own; the returned callable waits
-    for its result and raises its error. The thread is not a daemon: a driver that ends
-    before waiting still lets the call finish (its worker is closed at exit)."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-worker-call")
-    future = pool.submit(run, what, func, *args, retry_s=retry_s)
-    pool.shutdown(wait=False)
-    return future.result
 
 
 _crashes: list[str] = []  # how each crashed worker ended, in this process (for tests)

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
-from ferry.kafka import isolated
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange, RangeReader, arrow_batches, arrow_schema, total_offsets
 from ferry.kafka.source import output_schema, read_with_spark
@@ -77,45 +76,6 @@ def read_arrow(
     one job, nothing kept)."""
     table, df = _read_where(spark, cluster, ranges, columns, hash_fields, ignore_headers, False)
     return table if df is None else df.toArrow()
-
-
-def read_arrow_beside(
-    cluster: Cluster,
-    ranges: Sequence[OffsetRange],
-    *,
-    columns: Sequence[str],
-    hash_fields: Sequence[str] = (),
-    ignore_headers: Sequence[str] = (),
-):  # noqa: ANN201 - a callable giving a pyarrow.Table, or None
-    """`read_arrow` of `ranges` begun now in a worker process (`isolated.started`), when it
-    would run on the driver: the callable that waits for its table; None when it would run
-    through Spark, which is left to the caller's own `read_arrow`. For a read the driver
-    does not need yet: its reading and hashing take the other core while the driver works,
-    where a thread would share the driver's one interpreter lock with it."""
-    if not cluster.reads_on_driver(total_offsets(ranges), columns):
-        return None
-    return isolated.started(
-        f"{cluster.name}: read {len(ranges)} ranges",
-        _read_table_here,
-        cluster.detached(),
-        list(ranges),
-        output_schema(columns, bool(hash_fields)).fieldNames(),
-        list(hash_fields),
-        list(ignore_headers),
-        retry_s=cluster.retry_s,
-    )
-
-
-def _read_table_here(
-    cluster: Cluster,
-    ranges: list[OffsetRange],
-    columns: list[str],
-    hash_fields: list[str],
-    ignore_headers: list[str],
-):  # noqa: ANN202 - pyarrow
-    """`read_table` in a worker (`read_arrow_beside`)."""
-    return read_table(cluster, ranges, columns, hash_fields=hash_fields,
-                      ignore_headers=ignore_headers)  # fmt: skip
 
 
 def _read_where(

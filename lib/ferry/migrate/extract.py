@@ -157,22 +157,9 @@ def read_hashed(
     offset, timestamp_ms, sha256 and fingerprint. What matching reads of either cluster: the
     driver picks the anchors and the possible candidates from it, and hands Spark only
     those, located (`located_records`), and their partitions' fingerprints."""
-    return _hashed(kafka.read_arrow(spark, cluster, ranges, **_read_options(cfg)))
-
-
-def read_hashed_beside(cluster: Cluster, ranges: Sequence[OffsetRange], cfg: FerryConfig):  # noqa: ANN201
-    """`read_hashed` of `ranges` begun now in a worker process (`kafka.read_arrow_beside`):
-    the callable that waits for its table, or None when the read would run through Spark.
-    The destination's partitions read whole are known before the source is read; read
-    beside it, both reads took 1.9 s at 2,000 groups, one after the other 3.4 s."""
-    started = kafka.read_arrow_beside(cluster, ranges, **_read_options(cfg))
-    return None if started is None else lambda: _hashed(started())
-
-
-def _hashed(table):  # noqa: ANN001, ANN202 - pyarrow
-    """A read's table as `read_hashed` gives it."""
     import pyarrow as pa
 
+    table = kafka.read_arrow(spark, cluster, ranges, **_read_options(cfg))
     hashes = table.column("sha256")
     return pa.table(
         {

@@ -8,7 +8,6 @@ groups × partitions except the Python loop that derives the positions from disc
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -36,7 +35,6 @@ from ferry.migrate.extract import (
     fingerprints_df,
     located_records,
     read_hashed,
-    read_hashed_beside,
     window_offsets,
 )
 from ferry.migrate.model import Plan, Position, row_order
@@ -171,9 +169,6 @@ def match_positions(
     """Matching's row for each position (`matching.POSITION_COLUMNS`)."""
     k = cfg.matching.context
     progress(f"matching {len(wanted)} distinct committed positions")
-    renamed = {t: cfg.topics.destination_topic(t) for t in {t for t, _, _ in wanted}}
-    dst_bounds = dict(disc.destination_bounds)
-    whole = _whole_reads(dst, wanted, renamed, dst_bounds, cfg, progress)
     read, src_segments = extract_source_records(spark, src, wanted, disc, cfg, progress)
     nearest = anchors.nearest_records(wanted, read)
     rows = []
@@ -181,6 +176,7 @@ def match_positions(
     # with the context before it that its anchors need matched (the least of theirs)
     context: dict[tuple[str, int, int], int] = {}
     anchor_records: list[tuple[TopicPartitionKey, int]] = []  # (partition, offset) of each
+    renamed = {t: cfg.topics.destination_topic(t) for t in {t for t, _, _ in wanted}}
     for position in wanted:
         topic, partition, offset = position
         start, end = disc.source_bounds[(topic, partition)]
@@ -194,6 +190,7 @@ def match_positions(
     # the destination records that may be candidates share an anchor's fingerprint
     anchor_prints = fingerprints_at(read, anchor_records)
     slice_keys = sorted(context)
+    dst_bounds = dict(disc.destination_bounds)
     last_ts = destination_last_timestamps(dst, dst_bounds)
     # Handed to Spark on a thread of its own while the destination is looked up and read on
     # the driver: the JVM turning them into DataFrames and caching the anchors and the driver
@@ -219,7 +216,6 @@ def match_positions(
             anchor_prints,
             context,
             dst_bounds,
-            whole,
             cfg,
             lambda ranges: read_hashed(spark, dst, ranges, cfg),
             progress,
@@ -236,30 +232,6 @@ def match_positions(
     # one row per position
     return {(row["src_topic"], row["src_partition"], row["committed_offset"]): row
             for row in resolved}  # fmt: skip
-
-
-def _whole_reads(
-    dst: Cluster,
-    wanted: list[Position],
-    renamed: dict[str, str],
-    bounds: dict[TopicPartitionKey, tuple[int, int]],
-    cfg: FerryConfig,
-    progress: Callable[[str], None],
-) -> search.WholeReads:
-    """The destination partitions the search reads whole (`search.whole_partitions`), their
-    first read begun now in a worker process, beside the source's read (when it runs on the
-    driver and the search is narrow; else the first step reads them)."""
-    if cfg.matching.search == "full":
-        return search.WholeReads(set())
-    per_tp = Counter((renamed[t], p) for t, p, _ in wanted)
-    partitions = search.whole_partitions(per_tp, bounds, cfg.matching.context)
-    ranges = search.whole_ranges(partitions, bounds, cfg.matching.context)
-    started = read_hashed_beside(dst, ranges, cfg) if ranges else None
-    if started is None:
-        return search.WholeReads(partitions)
-    n = sum(r.end - r.start for r in ranges)
-    progress(f"destination: reading {len(ranges)} partitions whole ({n} offsets) beside the source")
-    return search.WholeReads(partitions, ranges, started)
 
 
 def _match_inputs(

@@ -38,16 +38,14 @@ other groups happened to be in the same run.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
-from ferry.kafka.reader import OffsetRange
 from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors
 from ferry.migrate.anchors import PartitionRecords
@@ -135,7 +133,6 @@ def search_destination(
     anchor_prints,  # noqa: ANN001 - numpy int64: the anchors' fingerprints
     context: Mapping[tuple[str, int, int], int],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
-    whole: WholeReads,
     cfg: FerryConfig,
     read: Callable[[Sequence], DataFrame],
     progress: Callable[[str], None],
@@ -147,10 +144,9 @@ def search_destination(
     timestamp) of the anchors, each with the records before them a match needs (the least of
     its anchors' source context, at most k); `inputs()`: the anchors and what else every
     step's query reads (waited for at the first step: they are handed to Spark while the
-    destination is looked up and read); `whole`: the partitions read whole, with no lookup,
-    and their first read when it was begun already; `anchor_prints`: the anchors'
-    fingerprints (the destination records sharing one are the possible candidates, which each
-    step locates on the driver, `ferry.migrate.context`). `spark` may still be starting.
+    destination is looked up and read); `anchor_prints`: the anchors' fingerprints (the
+    destination records sharing one are the possible candidates, which each step locates on
+    the driver, `ferry.migrate.context`). `spark` may still be starting.
     `read(ranges)` reads offset ranges of the destination to the driver: the (topic,
     partition, offset, timestamp_ms, sha256, fingerprint) of their records (Arrow).
 
@@ -165,17 +161,18 @@ def search_destination(
     m = cfg.matching
     k = m.context
     keys = sorted(context)
-    large = [key for key in keys if key[:2] not in whole.partitions]
+    whole = _read_whole(keys, bounds, k)
+    large = [key for key in keys if key[:2] not in whole]
     if large:
         progress(f"destination: looking up {len(large)} anchor timestamps")
     # The broker's answers, checked by the first read instead of a probe each (`verify_first`)
     at, unverified = first_positions(dst, large, bounds)
     # A partition read whole is one slice, its positions' all: closed at once, it never changes
     # (250,000 positions on 64 such partitions: a second making them one by one).
-    whole_slices = {tp: _first_slice(0, *bounds[tp], k, True) for tp in whole.partitions}
+    whole_slices = {tp: _first_slice(0, *bounds[tp], k, True) for tp in whole}
     slices = {key: _first_slice(pos, *bounds[key[:2]], k, False) for key, pos in at.items()}
     if whole_slices:
-        slices.update((key, whole_slices[key[:2]]) for key in keys if key[:2] in whole_slices)
+        slices.update((key, whole_slices[key[:2]]) for key in keys if key[:2] in whole)
     book, read_tables = RangeBook(), []
     # A position that lands closer to the destination's log start than its anchors' context
     # reaches: the copy there has less context before it than the anchor, so it is never a
@@ -190,10 +187,6 @@ def search_destination(
         )
     rows: list[dict] = []
     offsets_read, step = 0, 0
-    if whole.started is not None:  # read beside the source: the first step reads the rest
-        book.new_ranges({(r.topic, r.partition): [(r.start, r.end)] for r in whole.ranges})
-        read_tables.append(whole.started())
-        offsets_read += sum(r.end - r.start for r in whole.ranges)
     unanchored = True  # positions with no anchor ("none") are matched by the first job
     while step < MAX_STEPS and (
         unanchored or any(s.is_open or not s.read_bounds for s in slices.values())
@@ -329,8 +322,8 @@ def _only(
     return with_slices(anchors_df, keyed_df, unanchored, whole_df)
 
 
-def whole_partitions(
-    positions: Mapping[TopicPartitionKey, int],
+def _read_whole(
+    keys: Sequence[tuple[str, int, int]],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
     k: int,
 ) -> set[TopicPartitionKey]:
@@ -338,45 +331,17 @@ def whole_partitions(
     larger than a few steps would read, and those whose anchor positions are so many that
     their first slices alone would cover half of it. A lookup costs a request and a read per
     anchor (a cutover's 200 groups on a 20,000-record partition spent a minute in them) and
-    deciding overlapping slices costs more than the records they hold.
-
-    `positions`: how many committed positions land on each destination partition, known
-    before the source is read (so the read of these can begin beside it, `WholeReads`).
-    Positions whose anchors share a millisecond share a slice, so this counts at least the
-    slices: a partition whose positions mostly share milliseconds can be read whole where its
-    slices would have read less (a larger first read, never another step)."""
+    deciding overlapping slices costs more than the records they hold."""
     first_read = 2 * (k + 1) + FIRST_RADIUS
+    per_tp: dict[TopicPartitionKey, int] = defaultdict(int)
+    for t, p, _ in keys:
+        per_tp[(t, p)] += 1
     out = set()
-    for tp, n in positions.items():
+    for tp, n in per_tp.items():
         size = bounds[tp][1] - bounds[tp][0]
         if size <= SMALL_PARTITION or 2 * n * first_read >= size:
             out.add(tp)
     return out
-
-
-def whole_ranges(
-    partitions: Iterable[TopicPartitionKey],
-    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
-    k: int,
-) -> list[OffsetRange]:
-    """The first read of partitions read whole: what their slices read at the first step."""
-    out = []
-    for tp in sorted(partitions):
-        start, end = _first_slice(0, *bounds[tp], k, True).bounds(k)
-        if end > start:
-            out.append(OffsetRange(*tp, start, end))
-    return out
-
-
-@dataclass
-class WholeReads:
-    """The destination partitions read whole (`whole_partitions`) and, when it was begun
-    beside the source's read (`extract.read_hashed_beside`), their first read (`ranges`;
-    `started()` waits for its table); else `started` is None and the first step reads them."""
-
-    partitions: set[TopicPartitionKey]
-    ranges: list[OffsetRange] = field(default_factory=list)
-    started: Callable[[], Any] | None = None
 
 
 def _first_slice(position: int, log_start: int, log_end: int, k: int, whole: bool) -> AnchorSlice:
