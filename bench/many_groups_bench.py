@@ -31,8 +31,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -166,31 +168,38 @@ def raw_floor(
         for f in admin.list_offsets(tps).values():
             f.result()
 
-    def read_all(cluster: Cluster) -> int:
-        from confluent_kafka import Consumer
-
-        consumer = Consumer({**cluster.conf, "group.id": "floor", "enable.auto.commit": False,
-                             "enable.partition.eof": True})  # fmt: skip
-        consumer.assign([TopicPartition(t, p, 0) for t, n in topics.items() for p in range(n)])
-        left, n = sum(topics.values()), 0
-        while left:
-            for m in consumer.consume(10_000, 1.0):
-                if m.error() is None:
-                    n += 1
-                elif m.error().code() == -191:  # _PARTITION_EOF
-                    left -= 1
-        consumer.close()
-        return n
-
     with ThreadPoolExecutor(3) as pool:
         done = [pool.submit(side, src), pool.submit(side, dst)]
         if read_destination:
-            done.append(pool.submit(read_all, dst))
-        n = read_all(src)
+            done.append(pool.submit(consume_all, dst.conf, topics))
+        n = consume_all(src.conf, topics)
         for f in done:
             f.result()
     assert n == sum(topics.values()) * records, n
     return time.monotonic() - t0
+
+
+def consume_all(
+    conf: dict, topics: dict[str, int], keep: Callable[[Any], None] | None = None
+) -> int:
+    """How many records `topics` (name: partitions) hold, every one read once from offset 0 by
+    a plain assigned consumer in batches (a floor's read), each handed to `keep` if given."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": "floor", "enable.auto.commit": False,
+                         "enable.partition.eof": True})  # fmt: skip
+    consumer.assign([TopicPartition(t, p, 0) for t, n in topics.items() for p in range(n)])
+    left, n = sum(topics.values()), 0
+    while left:
+        for m in consumer.consume(10_000, 1.0):
+            if m.error() is None:
+                n += 1
+                if keep is not None:
+                    keep(m)
+            elif m.error().code() == -191:  # _PARTITION_EOF
+                left -= 1
+    consumer.close()
+    return n
 
 
 def best_floor(src: Cluster, dst: Cluster, prefix: str, states: str, **kwargs: object) -> float:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("FERRY_BROKER_JVM_OPTS", "-Xmx1g")
 
 from fixed_cost import _clean_env, timed, trivial_command  # noqa: E402
-from many_groups_bench import run_job  # noqa: E402
+from many_groups_bench import consume_all, run_job  # noqa: E402
 from world import BulkProducer, commit_all  # noqa: E402
 
 from ferry import kafka  # noqa: E402
@@ -109,30 +109,11 @@ def count(dest_index: dict, groups: dict, committed: dict) -> dict[str, int]:
     return out
 
 
-def _consume(config: dict, topic: str, keep) -> None:  # noqa: ANN001 - keep(message)
-    """Every record of `topic` read once by a plain assigned consumer, in batches, each
-    handed to `keep`: the floor's read, as `many_groups_bench.raw_floor` reads."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({**config, "group.id": "floor", "enable.auto.commit": False,
-                         "enable.partition.eof": True})  # fmt: skip
-    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    left = len(partitions)
-    while left:
-        for m in consumer.consume(10_000, 1.0):
-            if m.error() is None:
-                keep(m)
-            elif m.error().code() == -191:  # _PARTITION_EOF
-                left -= 1
-    consumer.close()
-
-
 def raw_floors(src_config: dict, dst_config: dict, groups: dict) -> tuple[float, float]:
     """(read floor, write floor) in seconds of a plain program's exact migration: the groups'
     source offsets fetched while every record of both clusters is read once (three threads,
-    as `many_groups_bench.raw_floor`), each group's next record found on the destination by
-    its content; then every group's offsets committed (under other names)."""
+    as `many_groups_bench.raw_floor`: `consume_all`), each group's next record found on the
+    destination by its content; then every group's offsets committed (under other names)."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     def source_offsets() -> dict[str, dict[int, int]]:
@@ -158,8 +139,8 @@ def raw_floors(src_config: dict, dst_config: dict, groups: dict) -> tuple[float,
 
     with ThreadPoolExecutor(3) as pool:
         fetched = pool.submit(source_offsets)
-        source = pool.submit(_consume, src_config, TOPIC, keep_source)
-        _consume(dst_config, f"source.{TOPIC}", keep_destination)
+        source = pool.submit(consume_all, src_config, {TOPIC: PARTITIONS}, keep_source)
+        consume_all(dst_config, {f"source.{TOPIC}": PARTITIONS}, keep_destination)
         source.result()
         offsets = fetched.result()
     exact = {
