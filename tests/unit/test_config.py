@@ -124,6 +124,9 @@ def test_set_overrides_the_file(tmp_path):
     assert error_of(tmp_path, "", ["matching.context=-1"]) == (
         "matching.context must be an integer >= 0, got -1"
     )
+    assert error_of(tmp_path, "", ["matching.context=65536"]) == (
+        "matching.context must be at most 65535 records, got 65536"
+    )
     assert error_of(tmp_path, "ledger: /x\n", ["ledger.path.x=1"]) == (
         "--set 'ledger.path.x=1': ledger is not a section"
     )

@@ -7,6 +7,7 @@ import hashlib
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import functions as F
 
 from ferry import hashing
 from ferry.migrate import anchors, extract, matching
@@ -299,8 +300,11 @@ def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spa
         "src_topic string, src_partition int, committed_offset long, candidate_offset long, "
         "candidate_timestamp_ms long, match_before int, match_after int, has_dst_next boolean",
     )
-    candidates_df = anchor_df.join(scores_df, matching.ANCHOR_KEYS, "left").select(
-        *matching.CANDIDATE_COLUMNS
+    # a candidate's index among its partition's records read follows its offset
+    candidates_df = (
+        anchor_df.join(scores_df, matching.ANCHOR_KEYS, "left")
+        .withColumn("candidate_at", (F.col("candidate_offset") - 100).cast("int"))
+        .select(*matching.CANDIDATE_COLUMNS)
     )
     bounds_df = spark.createDataFrame([("dst", 0, 0, 1000, T0 + 10**9)], DST_BOUNDS_SCHEMA)
     out = {

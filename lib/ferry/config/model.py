@@ -50,6 +50,9 @@ class TopicSelection(Selection):
 
 SEARCH_MODES = ("narrow", "full")
 PARTITIONING_MODES = ("auto", "same", "reconcile")
+# matching.context's largest value: matching ranks a candidate by one long with each side's
+# matched context in 16 bits (`ferry.migrate.matching.resolve`)
+MAX_CONTEXT = 2**16 - 1
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from ferry.config.model import (
     ALL_KEYS,
     CLUSTER_SECTIONS,
     HASH_FIELDS,
+    MAX_CONTEXT,
     PARTITIONING_MODES,
     SEARCH_MODES,
     SECTIONS,
@@ -39,6 +40,13 @@ def _as_int(value: Any, path: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{path} must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def _context(value: Any, path: str) -> int:
+    k = _as_int(value, path, 0)
+    if k > MAX_CONTEXT:
+        raise ConfigError(f"{path} must be at most {MAX_CONTEXT} records, got {k}")
+    return k
 
 
 def _as_str_tuple(value: Any, path: str) -> tuple[str, ...]:
@@ -162,7 +170,7 @@ def _matching(d: dict, s: str) -> MatchingConfig:
         window_after_ms=_as_int(
             d.get("window_after_ms", default.window_after_ms), f"{s}.window_after_ms", 0
         ),
-        context=_as_int(d.get("context", default.context), f"{s}.context", 0),
+        context=_context(d.get("context", default.context), f"{s}.context"),
         hash=hash_fields,
         ignore_headers=_as_str_tuple(d.get("ignore_headers", []), f"{s}.ignore_headers"),
     )

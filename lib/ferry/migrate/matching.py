@@ -46,6 +46,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType
 
+from ferry.config.model import MAX_CONTEXT
 from ferry.status import PartitionStatus
 
 # Exact mode's resolved statuses, as Spark compares them (plain strings).
@@ -209,6 +210,7 @@ CANDIDATE_COLUMNS = [
     "src_before_size",
     "src_after_size",
     "candidate_offset",
+    "candidate_at",
     "candidate_timestamp_ms",
     "match_before",
     "match_after",
@@ -281,6 +283,7 @@ def with_candidates(
         F.coalesce(before_size, F.lit(0)).alias("src_before_size"),
         F.coalesce(after_size, F.lit(0)).alias("src_after_size"),
         "candidate_offset",
+        F.col("d_at").alias("candidate_at"),
         F.col("d_timestamp_ms").alias("candidate_timestamp_ms"),
         _common_prefix(F.col("src_before"), F.col("d_before")).alias("match_before"),
         _common_prefix(F.col("src_after"), F.col("d_after")).alias("match_after"),
@@ -288,39 +291,53 @@ def with_candidates(
     )
 
 
+# `resolve` ranks a candidate by one long: its score (match_before, then match_after, each at
+# most `MAX_CONTEXT`, 16 bits) above its index among its partition's records read
+# (`candidate_at`, an int, ordered as its offset). Fixed-width maxima keep the grouping a
+# generated hash aggregate (a struct's maximum made it an interpreted sort aggregate).
+_AT = 2**31
+
+
+def _rank(lowest_first: bool) -> Column:
+    score = F.col("match_before").cast(LongType()) * (MAX_CONTEXT + 1) + F.col("match_after")
+    at = F.col("candidate_at").cast(LongType())
+    return F.when(
+        F.col("candidate_offset").isNotNull(),
+        score * _AT + (F.lit(_AT - 1) - at if lowest_first else at),
+    )
+
+
 def resolve(candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms: int) -> DataFrame:
     """Exactly one row per position with status and offset (`POSITION_COLUMNS`), and
     is_full_match (the destination search's test of a decided slice), from its anchor's
     scored candidates (`with_candidates`)."""
-    # The best candidate is the greatest (match_before, match_after, -offset); a tie at the top
-    # is two candidates with the best (match_before, match_after), whose lowest and highest
-    # offsets then differ. Two maxima of one grouping, and the anchor's own columns (the same
-    # on each of its rows) taken from any row: no window, no join back to the anchors.
-    has_candidate = F.col("candidate_offset").isNotNull()
-    top = F.struct(
-        "match_before",
-        "match_after",
-        (-F.col("candidate_offset")).alias("lowest_first"),
-        "candidate_offset",
-        "has_dst_next",
-        "candidate_timestamp_ms",
-    )
-    top_last = F.struct("match_before", "match_after", "candidate_offset")
+    # The best candidate has the greatest (match_before, match_after), the lowest offset first;
+    # a tie at the top is two candidates with the best (match_before, match_after), whose
+    # lowest and highest offsets then differ. Both are maxima of a rank (`_rank`), and the top
+    # candidate's columns are taken at its rank (an anchor's candidates are in one partition:
+    # no two share a rank). The anchor's own columns (the same on each of its rows) are
+    # grouping keys: no window, no join back to the anchors. Grouping by more than the
+    # anchors' partitioning also keeps the hash map's hashes apart from the partitions' (by
+    # the position alone, every key of a partition hashed to the same few slots).
+    top_rank, last_rank = _rank(lowest_first=True), _rank(lowest_first=False)
     anchor_columns = [*ANCHOR_RESULT_COLUMNS[len(ANCHOR_KEYS) :], "src_before_size",
                       "src_after_size"]  # fmt: skip
-    best = candidates_df.groupBy(*ANCHOR_KEYS).agg(
-        *(F.first(c).alias(c) for c in anchor_columns),
+    best = candidates_df.groupBy(*ANCHOR_KEYS, *anchor_columns).agg(
         F.count("candidate_offset").cast(IntegerType()).alias("candidate_count"),
-        F.max(F.when(has_candidate, top)).alias("top"),
-        F.max(F.when(has_candidate, top_last)).alias("top_last"),
+        F.max(top_rank).alias("top_rank"),
+        F.max(last_rank).alias("last_rank"),
+        F.max_by("candidate_offset", top_rank).alias("top_offset"),
+        F.max_by("candidate_timestamp_ms", top_rank).alias("top_timestamp_ms"),
+        F.max_by("has_dst_next", top_rank).alias("top_has_dst_next"),
     )
     plan = best.join(dst_bounds_df, ["dst_topic", "dst_partition"], "left")
-    top_col = F.col("top")
-    has_top = top_col.isNotNull()
-    is_tie = top_col["candidate_offset"] != F.col("top_last.candidate_offset")
-    is_inconsistent = (
-        (F.col("src_after_size") > 0) & top_col["has_dst_next"] & (top_col["match_after"] == 0)
-    )
+    has_top = F.col("top_rank").isNotNull()
+    score = F.shiftright("top_rank", 31)
+    match_before = F.shiftright(score, 16).cast(IntegerType())
+    match_after = score.bitwiseAND(F.lit(MAX_CONTEXT)).cast(IntegerType())
+    top_at = F.lit(_AT - 1) - F.col("top_rank").bitwiseAND(F.lit(_AT - 1))
+    is_tie = top_at != F.col("last_rank").bitwiseAND(F.lit(_AT - 1))
+    is_inconsistent = (F.col("src_after_size") > 0) & F.col("top_has_dst_next") & (match_after == 0)
     replica_behind = F.col("dst_last_timestamp_ms").isNull() | (
         F.col("dst_last_timestamp_ms") < F.col("anchor_timestamp_ms") + F.lit(window_after_ms)
     )
@@ -335,22 +352,22 @@ def resolve(candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms:
     )
     destination = (
         F.when(status == PartitionStatus.EMPTY.value, F.col("dst_log_end_offset"))
-        .when(status == PartitionStatus.MATCHED_NEXT.value, top_col["candidate_offset"])
-        .when(status == PartitionStatus.MATCHED.value, top_col["candidate_offset"] + 1)
+        .when(status == PartitionStatus.MATCHED_NEXT.value, F.col("top_offset"))
+        .when(status == PartitionStatus.MATCHED.value, F.col("top_offset") + 1)
     )
     return plan.select(
         *ANCHOR_RESULT_COLUMNS,
         F.col("candidate_count"),
-        top_col["match_before"].alias("match_before"),
-        top_col["match_after"].alias("match_after"),
+        match_before.alias("match_before"),
+        match_after.alias("match_after"),
         destination.cast(LongType()).alias("destination_offset"),
         status.alias("status"),
         status.isin(*RESOLVED_STATUSES).alias("is_resolved"),
         # the top candidate matches the anchor's whole context at its own timestamp
         F.coalesce(
-            (top_col["match_before"] == F.col("src_before_size"))
-            & (top_col["match_after"] == F.col("src_after_size"))
-            & (top_col["candidate_timestamp_ms"] == F.col("anchor_timestamp_ms")),
+            (match_before == F.col("src_before_size"))
+            & (match_after == F.col("src_after_size"))
+            & (F.col("top_timestamp_ms") == F.col("anchor_timestamp_ms")),
             F.lit(False),
         ).alias("is_full_match"),
     )
