@@ -117,8 +117,7 @@ def test_a_task_out_of_memory_on_a_local_master_fails_the_job_not_the_driver(tmp
         [submit, "--master", "local[1]", "--driver-memory", "512m",
          "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile="
          f"file:{ROOT / 'conf' / 'log4j2.properties'} -Dferry.log.file={log} "
-         "-XX:TieredStopAtLevel=1 -XX:InitialRAMPercentage=100 -XX:MaxHeapFreeRatio=100 "
-         "-XX:MetaspaceSize=256m",  # as spark-submit.sh starts local drivers
+         "-XX:TieredStopAtLevel=1 -XX:MetaspaceSize=256m",  # as spark-submit.sh's local drivers
          str(script)],
         capture_output=True, text=True, timeout=240, check=False, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT / "lib"), "FERRY_LOG_FILE": str(log),
