@@ -190,16 +190,18 @@ def _common_prefix(x: Column, y: Column) -> Column:
     """Length of the common prefix of two arrays (0 when either is empty). Built from column
     functions, not SQL text: parsing SQL starts Spark's parser, half a second on a cold JVM."""
     n = F.least(F.size(x), F.size(y))
-    is_equal = F.transform(
-        F.sequence(F.lit(1), n), lambda i: F.element_at(x, i) == F.element_at(y, i)
+    head_x, head_y = F.slice(x, 1, n), F.slice(y, 1, n)
+    # Most candidates match whole: the two heads compared as values settle them. For the
+    # others, the least index whose (index, fingerprint) pair is in one head and not the other.
+    # No lambda: an expression without generated code (a higher-order function's) takes the
+    # whole projection out of the query's generated code (10,000 groups: 0.5-0.8 s of tasks).
+    at = F.sequence(F.lit(1), n)
+    differ = F.array_except(
+        F.arrays_zip(at.alias("i"), head_x.alias("v")),
+        F.arrays_zip(at.alias("i"), head_y.alias("v")),
     )
-    first_difference = F.nullif(F.array_position(is_equal, F.lit(False)), F.lit(0))
-    # Most candidates match whole: two slices compared as values (generated code) settle them;
-    # the element-wise walk (a lambda, interpreted: 75 µs a row) runs only for the others.
     return (
-        F.when(n == 0, F.lit(0))
-        .when(F.slice(x, 1, n) == F.slice(y, 1, n), n)
-        .otherwise(F.coalesce(first_difference - 1, n))
+        F.when(n == 0, F.lit(0)).when(head_x == head_y, n).otherwise(F.array_min(differ)["i"] - 1)
     )
 
 
