@@ -83,9 +83,18 @@ class PlanTables:
         order = sorted(plan.positions)
         self.index = {p: i for i, p in enumerate(order)}
         self.by_position = position_table(plan.positions, order)
-        self.dst_tp = [
-            (plan.positions[p]["dst_topic"], plan.positions[p]["dst_partition"]) for p in order
-        ]
+        self._dst_tp: list[tuple[str, int]] | None = None
+
+    @property
+    def dst_tp(self) -> list[tuple[str, int]]:
+        """Each position's destination partition, in the position table's order: read only
+        for groups already committed on the destination (a first run has none)."""
+        if self._dst_tp is None:
+            table = self.by_position
+            self._dst_tp = list(
+                zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True)
+            )
+        return self._dst_tp
 
     def __call__(self, groups: Iterable[str]) -> Iterator:  # of pyarrow.Table
         import pyarrow as pa
@@ -133,7 +142,7 @@ def _exact_table(tables: PlanTables, groups: list[str]):  # noqa: ANN202 - a pya
     import numpy as np
     import pyarrow as pa
 
-    plan, index, dst_tp = tables.plan, tables.index, tables.dst_tp
+    plan, index = tables.plan, tables.index
 
     taken: list[int] = []
     counts: list[int] = []
@@ -144,7 +153,11 @@ def _exact_table(tables: PlanTables, groups: list[str]):  # noqa: ANN202 - a pya
         taken += at
         counts.append(len(at))
         now = plan.previous.get(group)
-        previous += [now.get(dst_tp[i]) for i in at] if now else [None] * len(at)
+        if now:
+            dst_tp = tables.dst_tp
+            previous += [now.get(dst_tp[i]) for i in at]
+        else:
+            previous += [None] * len(at)
     per_row = np.repeat(np.arange(len(groups)), counts)
     names = pa.array(groups, pa.string()).take(per_row)
     table = tables.by_position.take(pa.array(taken, pa.int64()))
