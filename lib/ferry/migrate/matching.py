@@ -297,11 +297,13 @@ def with_candidates(
 # most `MAX_CONTEXT`, 16 bits) above its index among its partition's records read
 # (`candidate_at`, an int, ordered as its offset). Fixed-width maxima keep the grouping a
 # generated hash aggregate (a struct's maximum made it an interpreted sort aggregate).
-_AT = 2**31
+_SIDE_BITS = MAX_CONTEXT.bit_length()  # 16
+_AT_BITS = 31
+_AT = 1 << _AT_BITS
 
 
 def _rank(lowest_first: bool) -> Column:
-    score = F.col("match_before").cast(LongType()) * (MAX_CONTEXT + 1) + F.col("match_after")
+    score = F.shiftleft(F.col("match_before").cast(LongType()), _SIDE_BITS) + F.col("match_after")
     at = F.col("candidate_at").cast(LongType())
     return F.when(
         F.col("candidate_offset").isNotNull(),
@@ -318,9 +320,7 @@ def resolve(candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms:
     # lowest and highest offsets then differ. Both are maxima of a rank (`_rank`), and the top
     # candidate's columns are taken at its rank (an anchor's candidates are in one partition:
     # no two share a rank). The anchor's own columns (the same on each of its rows) are
-    # grouping keys: no window, no join back to the anchors. Grouping by more than the
-    # anchors' partitioning also keeps the hash map's hashes apart from the partitions' (by
-    # the position alone, every key of a partition hashed to the same few slots).
+    # grouping keys: no window, no join back to the anchors.
     top_rank, last_rank = _rank(lowest_first=True), _rank(lowest_first=False)
     anchor_columns = [*ANCHOR_RESULT_COLUMNS[len(ANCHOR_KEYS) :], "src_before_size",
                       "src_after_size"]  # fmt: skip
@@ -334,8 +334,8 @@ def resolve(candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms:
     )
     plan = best.join(dst_bounds_df, ["dst_topic", "dst_partition"], "left")
     has_top = F.col("top_rank").isNotNull()
-    score = F.shiftright("top_rank", 31)
-    match_before = F.shiftright(score, 16).cast(IntegerType())
+    score = F.shiftright("top_rank", _AT_BITS)
+    match_before = F.shiftright(score, _SIDE_BITS).cast(IntegerType())
     match_after = score.bitwiseAND(F.lit(MAX_CONTEXT)).cast(IntegerType())
     top_at = F.lit(_AT - 1) - F.col("top_rank").bitwiseAND(F.lit(_AT - 1))
     is_tie = top_at != F.col("last_rank").bitwiseAND(F.lit(_AT - 1))
