@@ -14,6 +14,7 @@ Pure: Arrow and plain values, no Spark, no Kafka client.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import cached_property
 
 from ferry.migrate.model import Plan, Position
 
@@ -83,18 +84,13 @@ class PlanTables:
         order = sorted(plan.positions)
         self.index = {p: i for i, p in enumerate(order)}
         self.by_position = position_table(plan.positions, order)
-        self._dst_tp: list[tuple[str, int]] | None = None
 
-    @property
+    @cached_property
     def dst_tp(self) -> list[tuple[str, int]]:
         """Each position's destination partition, in the position table's order: read only
         for groups already committed on the destination (a first run has none)."""
-        if self._dst_tp is None:
-            table = self.by_position
-            self._dst_tp = list(
-                zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True)
-            )
-        return self._dst_tp
+        table = self.by_position
+        return list(zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True))
 
     def __call__(self, groups: Iterable[str]) -> Iterator:  # of pyarrow.Table
         import pyarrow as pa
