@@ -195,6 +195,10 @@ def match_positions(
     # Handed to Spark on a thread of its own while the destination is looked up and read on
     # the driver: the JVM turning them into DataFrames and caching the anchors and the driver
     # reading Kafka overlap, where one waited for the other.
+    # The anchors are cached for a search that may take several steps, each a query over
+    # them; one query (a full read, or a search that reads every partition whole) streams
+    # them once, and filling a cache only delays it.
+    queries = 1 if cfg.matching.search == "full" else search.steps_at_least(context, dst_bounds, k)
     inputs = in_background(
         "ferry-inputs",
         _match_inputs,
@@ -204,6 +208,7 @@ def match_positions(
         src_segments,
         {tp for tp, _ in anchor_records},
         [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
+        queries > 1,
     )
     if cfg.matching.search == "full":
         resolved = _match_windows(spark, dst, inputs, anchor_prints, slice_keys, dst_bounds,
@@ -241,6 +246,7 @@ def _match_inputs(
     segments: dict[TopicPartitionKey, list[tuple[int, int]]],
     src_partitions: set[TopicPartitionKey],
     bounds: list[tuple],
+    cached: bool,
 ) -> matching.MatchInputs:
     """The anchors (`anchored_df`), cached hash-partitioned by position (each search step
     streams them past its candidates and groups the rows by position, which a cache
@@ -255,7 +261,7 @@ def _match_inputs(
         anchors_df,
         fingerprints_df(spark, read, src_partitions),
         local_df(spark, bounds, DST_BOUNDS_SCHEMA),
-        cache_in_background(anchors_df),
+        cache_in_background(anchors_df) if cached else lambda: None,
     )
 
 

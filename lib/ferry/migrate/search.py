@@ -299,14 +299,20 @@ def step_query(
     slices, among `located`'s possible candidates. Whether a slice is decided is judged on
     the driver afterwards (`judge_slices`)."""
     m = cfg.matching
+    # The first step of a search that reads every anchor's partition whole takes every
+    # position, and a candidate anywhere in what was read is in its anchor's slice: no slice
+    # is joined (a local relation, two joins and a condition less to plan and run).
+    is_everything = unanchored and all(s.is_whole for s in reading.values())
+    anchors_df = inputs.anchors_df
     return match_in_slices(
-        _only(spark, inputs.anchors_df, reading, unanchored),
+        anchors_df if is_everything else _only(spark, anchors_df, reading, unanchored),
         inputs.src_prints_df,
         located,
         inputs.bounds_df,
         m.context,
         m.window_before_ms,
         m.window_after_ms,
+        within_slices=not is_everything,
     )
 
 
@@ -320,6 +326,17 @@ def _only(
     `unanchored`, those with no anchor at all, which have no slice)."""
     keyed_df, whole_df = _slices_dfs(spark, slices)
     return with_slices(anchors_df, keyed_df, unanchored, whole_df)
+
+
+def steps_at_least(
+    context: Mapping[tuple[str, int, int], int],
+    bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+    k: int,
+) -> int:
+    """1 when the search will take a single step (every anchor position's partition is read
+    whole at once: nothing is left open after it), else 2."""
+    keys = list(context)
+    return 1 if len(_read_whole(keys, bounds, k)) == len({key[:2] for key in keys}) else 2
 
 
 def _read_whole(

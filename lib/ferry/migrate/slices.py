@@ -158,12 +158,14 @@ def match_in_slices(
     k: int,
     window_before_ms: int,
     window_after_ms: int,
+    within_slices: bool = True,
 ) -> DataFrame:
     """Matching's row for each anchor (`matching.POSITION_COLUMNS`, and is_full_match: its
     top candidate matches its whole context at its own timestamp) from the candidates inside
     its own slice (`anchors_df` from `with_slices`; `src_fingerprints_df`: the fingerprints
     of the anchors' partitions; `located`: the possible candidates, with their timestamps and
-    hashes, `ferry.migrate.context`)."""
+    hashes, `ferry.migrate.context`). Not `within_slices`: every located candidate is inside
+    its anchor's slice (the anchors carry no bounds)."""
     candidates_df = matching.with_candidates(
         anchors_df,
         src_fingerprints_df,
@@ -171,7 +173,7 @@ def match_in_slices(
         k,
         window_before_ms,
         window_after_ms,
-        within_slices=True,
+        within_slices=within_slices,
     )
     resolved_df = matching.resolve(candidates_df, bounds_df, window_after_ms)
     return resolved_df.select(*matching.POSITION_COLUMNS, "is_full_match")
