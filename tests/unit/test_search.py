@@ -128,6 +128,11 @@ def test_partitions_read_whole_are_the_small_and_the_densely_anchored():
     bounds = {("small", 0): (0, search.SMALL_PARTITION), ("t", 0): (0, size), ("t", 1): (0, size)}
     positions = at(("small", 0), 1) + at(("t", 0), dense) + at(("t", 1), dense - 1)
     assert search._read_whole(positions, bounds, K) == {("small", 0), ("t", 0)}
+    # one step (no cache of the anchors) only when every anchor's partition is read whole
+    context = dict.fromkeys(positions, K)
+    assert search.steps_at_least(context, bounds, K) == 2
+    assert search.steps_at_least({p: K for p in positions if p[:2] != ("t", 1)}, bounds, K) == 1
+    assert search.steps_at_least({}, bounds, K) == 1
 
 
 def test_a_slice_never_reads_past_its_window_and_closes_at_it():
