@@ -130,9 +130,9 @@ def test_partitions_read_whole_are_the_small_and_the_densely_anchored():
     assert search._read_whole(positions, bounds, K) == {("small", 0), ("t", 0)}
     # one step (no cache of the anchors) only when every anchor's partition is read whole
     context = dict.fromkeys(positions, K)
-    assert search.steps_at_least(context, bounds, K) == 2
-    assert search.steps_at_least({p: K for p in positions if p[:2] != ("t", 1)}, bounds, K) == 1
-    assert search.steps_at_least({}, bounds, K) == 1
+    assert not search.takes_one_step(context, bounds, K)
+    assert search.takes_one_step({p: K for p in positions if p[:2] != ("t", 1)}, bounds, K)
+    assert search.takes_one_step({}, bounds, K)
 
 
 def test_a_slice_never_reads_past_its_window_and_closes_at_it():

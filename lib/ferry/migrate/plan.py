@@ -198,7 +198,7 @@ def match_positions(
     # The anchors are cached for a search that may take several steps, each a query over
     # them; one query (a full read, or a search that reads every partition whole) streams
     # them once, and filling a cache only delays it.
-    queries = 1 if cfg.matching.search == "full" else search.steps_at_least(context, dst_bounds, k)
+    is_one_query = cfg.matching.search == "full" or search.takes_one_step(context, dst_bounds, k)
     inputs = in_background(
         "ferry-inputs",
         _match_inputs,
@@ -208,7 +208,7 @@ def match_positions(
         src_segments,
         {tp for tp, _ in anchor_records},
         [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
-        queries > 1,
+        not is_one_query,
     )
     if cfg.matching.search == "full":
         resolved = _match_windows(spark, dst, inputs, anchor_prints, slice_keys, dst_bounds,

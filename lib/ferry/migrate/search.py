@@ -328,15 +328,15 @@ def _only(
     return with_slices(anchors_df, keyed_df, unanchored, whole_df)
 
 
-def steps_at_least(
+def takes_one_step(
     context: Mapping[tuple[str, int, int], int],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
     k: int,
-) -> int:
-    """1 when the search will take a single step (every anchor position's partition is read
-    whole at once: nothing is left open after it), else 2."""
+) -> bool:
+    """Whether the search surely ends after its first step: every anchor position's partition
+    is read whole at once, so nothing is left open after it."""
     keys = list(context)
-    return 1 if len(_read_whole(keys, bounds, k)) == len({key[:2] for key in keys}) else 2
+    return len(_read_whole(keys, bounds, k)) == len({key[:2] for key in keys})
 
 
 def _read_whole(
