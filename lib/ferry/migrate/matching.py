@@ -124,7 +124,8 @@ class Located(NamedTuple):
 
 class MatchInputs(NamedTuple):
     """What every matching query of a run reads besides the candidates: the anchors
-    (`ANCHORS_COLUMNS`, cached by a job of their own: `anchors_cached` waits for it), their
+    (`ANCHORS_COLUMNS`; for a search that may take several steps, cached by a job of their
+    own: `anchors_cached` waits for it, and returns at once when they are not), their
     partitions' fingerprints and the destination's bounds (`extract.DST_BOUNDS_SCHEMA`)."""
 
     anchors_df: DataFrame

@@ -193,11 +193,11 @@ def match_positions(
     dst_bounds = dict(disc.destination_bounds)
     last_ts = destination_last_timestamps(dst, dst_bounds)
     # Handed to Spark on a thread of its own while the destination is looked up and read on
-    # the driver: the JVM turning them into DataFrames and caching the anchors and the driver
-    # reading Kafka overlap, where one waited for the other.
-    # The anchors are cached for a search that may take several steps, each a query over
-    # them; one query (a full read, or a search that reads every partition whole) streams
-    # them once, and filling a cache only delays it.
+    # the driver: the JVM turning them into DataFrames (and caching the anchors) and the
+    # driver reading Kafka overlap, where one waited for the other. The anchors are cached
+    # only for a search that may take several steps, each a query over them; one query (a
+    # full read, or a search that reads every partition whole) streams them once, and
+    # filling a cache first only delays it.
     is_one_query = cfg.matching.search == "full" or search.takes_one_step(context, dst_bounds, k)
     inputs = in_background(
         "ferry-inputs",
@@ -248,9 +248,10 @@ def _match_inputs(
     bounds: list[tuple],
     cached: bool,
 ) -> matching.MatchInputs:
-    """The anchors (`anchored_df`), cached hash-partitioned by position (each search step
-    streams them past its candidates and groups the rows by position, which a cache
-    partitioned so needs no shuffle for: `matching.with_candidates`), the source fingerprints
+    """The anchors (`anchored_df`), hash-partitioned by position and, when `cached`, cached
+    so (each search step streams them past its candidates and groups the rows by position,
+    which a cache partitioned so needs no shuffle for: `matching.with_candidates`; one query
+    gets the same from its own shuffle), the source fingerprints
     their context is cut from, and the destination's bounds (`DST_BOUNDS_SCHEMA` rows).
     `spark` may still be starting: this waits for it."""
     spark = session_of(spark)
