@@ -120,15 +120,16 @@ def _raise_transient(answer):  # noqa: ANN001, ANN202 - ConsumerGroupTopicPartit
 
 def by_state(
     cluster: Cluster, groups: list[str]
-) -> tuple[list[str], dict[str, ClusterError], dict[str, ClusterError]]:
+) -> tuple[list[str], dict[str, ClusterError], dict[str, ClusterError], set[str]]:
     """The groups' states now, in the order given: (those Empty or Dead, which may be written;
-    group → why its state could not be read; group → the error naming it active). One
-    ListGroups for all of them (`ferry.kafka.groups.group_infos`: only groups it does not show
-    inactive are described); when the listing fails, every group gets its error."""
+    group → why its state could not be read; group → the error naming it active; those of them
+    the listing shows, the only ones with offsets). One ListGroups for all of them
+    (`ferry.kafka.groups.group_infos`: only groups it does not show inactive are described);
+    when the listing fails, every group gets its error."""
     try:
         listed = list_group_infos(cluster)
     except ClusterError as exc:
-        return [], dict.fromkeys(groups, exc), {}
+        return [], dict.fromkeys(groups, exc), {}, set()
     errors: dict[str, ClusterError] = {}
     infos = group_infos(cluster, groups, listed, errors)
     active = {
@@ -137,7 +138,7 @@ def by_state(
         if g not in errors and not infos[g].state.is_inactive
     }
     inactive = [g for g in groups if g not in errors and g not in active]
-    return inactive, errors, active
+    return inactive, errors, active, {g for g in groups if g in listed}
 
 
 def _unsent(
@@ -160,7 +161,7 @@ def _unsent(
         if g not in errors and all(current[g].get(k) == v for k, v in offsets[g].items())
     }
     left = [g for g in groups if g not in errors and g not in landed]
-    _inactive, failed, active = by_state(cluster, left)
+    _inactive, failed, active, _listed = by_state(cluster, left)
     for g, error in failed.items():
         unknown[g] = CommitUnknownError(f"{error} (while confirming a commit of group {g})")
     return landed, {**unknown, **active}

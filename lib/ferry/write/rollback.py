@@ -218,7 +218,7 @@ def write_batch(
     now, `rules.rollback_check`, then every restore and delete in flight together."""
     rollbacks = [w for w in batch if isinstance(w, RollbackWrite)]
     out: dict[str, commit.WriteOutcome] = {}
-    may_write, failed, active = kafka.by_state(cluster, [w.group for w in rollbacks])
+    may_write, failed, active, _listed = kafka.by_state(cluster, [w.group for w in rollbacks])
     for group, error in failed.items():
         out[group] = commit.WriteOutcome(group, GroupStatus.FAILED, False, str(error))
     for group, error in active.items():
