@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 
 from ferry.kafka.cluster import ClusterError, CommitUnknownError
-from ferry.kafka.groups import partition_for
+from ferry.kafka.groups import partition_for, probe_groups
 from ferry.kafka.retry import Backoff, failed_future, retry_each
 
 
@@ -215,3 +215,20 @@ def test_partition_for_is_the_brokers_rule():
     for ch in negative:
         code = (31 * code + ord(ch)) & 0xFFFFFFFF
     assert code >= 1 << 31 and partition_for(negative, 7) == ((1 << 32) - code) % 7
+
+
+def test_an_offset_fetch_of_listed_groups_probes_every_other_coordinator_once():
+    groups = [f"g{i}" for i in range(200)]
+    listed = ["g3", "g77"]
+    probes = probe_groups(groups, listed, 50)
+    partitions = [partition_for(g, 50) for g in probes]
+    # one group per partition the listed groups' fetches do not reach, none listed
+    assert len(partitions) == len(set(partitions)) and not set(probes) & set(listed)
+    reached = {partition_for(g, 50) for g in [*listed, *probes]}
+    assert reached == {partition_for(g, 50) for g in groups}
+    assert {partition_for(g, 50) for g in listed}.isdisjoint(partitions)
+    # the first group of each partition, in the order given
+    assert probes == sorted(probes, key=groups.index)
+    assert probe_groups(groups, groups, 50) == []
+    assert probe_groups(groups, [], 0) == ["g0"]  # the partitions not known yet: one group
+    assert probe_groups([], [], 50) == []

@@ -161,7 +161,10 @@ def committed_offsets(
     offsets there (a group's offsets are its coordinator's, and so is the listing), so they
     are left out of the answer unasked; their coordinators are still awaited, so a
     coordinator that does not answer fails the call as a fetch would (a fresh destination
-    lists none of 10,000 groups: 10,000 fetches saved, its coordinators waited for as ever)."""
+    lists none of 10,000 groups: 10,000 fetches saved, its coordinators waited for as ever).
+    One of them per `__consumer_offsets` partition is fetched all the same (`probe_groups`): a
+    coordinator that answers describes but not fetches fails the call here, as it would if
+    every group were fetched."""
     if not groups:
         return {}
     fetched = None if listed is None else [g for g in groups if g in listed]
@@ -214,7 +217,12 @@ def _committed_offsets_here(
             for g in keys
         }
 
-    todo = [g for g in (groups if fetched is None else fetched) if g not in errors]
+    if fetched is None:
+        wanted = groups
+    else:  # the partitions' count is known once `await_coordinators` has had an answer
+        count = _answering.get(cluster.name, (0, set()))[0]
+        wanted = [*fetched, *probe_groups(groups, fetched, count)]
+    todo = [g for g in wanted if g not in errors]
     answers: dict[str, object] = {}
     for start in range(0, len(todo), wave):  # each wave retried as one; one budget for all
         answers |= gather_into(
@@ -243,6 +251,23 @@ def _committed_offsets_here(
         else:
             out[group] = offsets
     return out, errors
+
+
+def probe_groups(groups: Sequence[str], fetched: Sequence[str], count: int) -> list[str]:
+    """One group not in `fetched` per `__consumer_offsets` partition (of `count`; 0: not
+    known) that none of `fetched` falls in: its fetch (answered empty: the group is not
+    listed) proves that coordinator answers OffsetFetch, as a fetch of every group would. A
+    coordinator that answers a describe but refuses the fetch then fails the call before
+    anything is written, not the read-back of a write."""
+    if not count:  # the partitions are not known: one group at all
+        return [g for g in groups if g not in fetched][:1]
+    covered = {partition_for(g, count) for g in fetched}
+    probes: dict[int, str] = {}
+    for group in groups:
+        p = partition_for(group, count)
+        if p not in covered and p not in probes:
+            probes[p] = group
+    return list(probes.values())
 
 
 OFFSETS_TOPIC = "__consumer_offsets"

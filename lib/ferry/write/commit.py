@@ -10,14 +10,16 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
 3. The rest are written in batches of `BATCH_GROUPS`, each batch in a handful of round trips
    whatever its size: one group listing for the batch's states (every group must be Empty or
    Dead; `kafka.by_state`), one round of OffsetFetch requests (the offsets each group the
-   listing shows has now; a group it does not show has none), then per group the forward
-   rule (migrate, copy; `ferry.write.rules`), then every group's write — one request per
-   group, all in flight together, each retried only after reading what landed — and one
-   round of read-backs (`ferry.kafka.commits`). The window between a group's state check and
-   its write is one batch's offset fetch; a consumer that joins in it gets the write refused
-   by the broker (it takes a commit without a member id only while the group is Empty),
-   reported as REFUSED. Offsets another client commits without joining after the listing
-   are not seen before the write, as they would not be after the fetch.
+   listing shows has now; a group it does not show has none, and one such group per
+   coordinator is fetched as a probe, so a coordinator refusing fetches fails the batch
+   before its writes rather than their read-back), then per group the forward rule (migrate,
+   copy; `ferry.write.rules`), then every group's write — one request per group, all in
+   flight together, each retried only after reading what landed — and one round of
+   read-backs (`ferry.kafka.commits`). The window between a group's state check and its
+   write is one batch's offset fetch; a consumer that joins in it gets the write refused by
+   the broker (it takes a commit without a member id only while the group is Empty), reported
+   as REFUSED. Offsets another client commits without joining after the listing are not seen
+   before the write, as they would not be after the fetch.
    A rollback (`ferry.write.rollback`) brings its own check for step 3 (`write`: a group is
    restored only while it still has the offsets the run being undone wrote) and shares the
    rest: intent, claims, batches, outcomes.
@@ -246,7 +248,7 @@ def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, Writ
     inactive = [w for w in batch if w.group in may_write]
     errors: dict[str, kafka.ClusterError] = {}
     # Only the groups the batch's listing shows have offsets to fetch (a fresh destination's
-    # batch: none, 1,000 requests saved).
+    # batch: none, 1,000 requests saved; `committed_offsets` probes their coordinators).
     fetched = kafka.committed_offsets(cluster, [w.group for w in inactive], errors, listed)
     previous = {w.group: fetched.get(w.group, {}) for w in inactive if w.group not in errors}
     deletes, alters = [], []
