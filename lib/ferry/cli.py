@@ -295,8 +295,14 @@ class Progress:
         return f"{self.job}{run}: {message}"
 
     def __call__(self, message: str) -> None:
-        if self.enabled:
-            print(f"[{time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True)
+        self.detail(message)
         from ferry.session import describe_jobs
 
         describe_jobs(self.description(message))
+
+    def detail(self, message: str) -> None:
+        """A line about one item of the step last said (a group written), printed the same way
+        but not made the Spark jobs' description: no job starts for it, and a description is
+        a call into the JVM (10,000 groups' lines: a second)."""
+        if self.enabled:
+            print(f"[{time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True)

@@ -36,6 +36,20 @@ def test_a_progress_line_is_stamped_flushed_and_describes_the_jobs_after_it(caps
     )
 
 
+def test_a_detail_line_is_stamped_but_leaves_the_jobs_description(capsys, monkeypatch):
+    said: list[str] = []
+    monkeypatch.setattr(session, "describe_jobs", said.append)
+    progress = Progress(True, "migrate", "migrate-20261126T060000Z-abc123")
+    progress("writing 2 groups")
+    progress.detail("committed g1 (32 partitions)")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[1].startswith("[")
+    assert err[1].endswith("s] committed g1 (32 partitions)")
+    assert said == ["migrate run migrate-20261126T060000Z-abc123: writing 2 groups"]
+    Progress(False, "migrate").detail("committed g2 (32 partitions)")  # --quiet
+    assert capsys.readouterr().err == "" and len(said) == 1
+
+
 def test_version_names_ferry_and_pyspark(capsys):
     assert ferry_version() == md.version("ferry")
     assert version_line() == f"ferry {md.version('ferry')} (pyspark {md.version('pyspark')})"

@@ -192,6 +192,7 @@ def execute_writes(
     cluster_id = cluster.conf.get("bootstrap.servers")
     claims = ledger.open_claims(cluster_id, [w.group for w in writes], lease_ms, ignore_claims)
     outcomes: dict[str, WriteOutcome] = {}
+    say = getattr(progress, "detail", progress)  # a group's line: not a stage of Spark jobs
     for batch in _batches(writes, batch_groups or BATCH_GROUPS):
         done = write(cluster, [w for w in batch if w.group not in claims])
         for w in batch:
@@ -222,7 +223,7 @@ def execute_writes(
         for w in batch:
             if done[w.group].is_committed:
                 status = str(done[w.group].status).lower().replace("_", " ")
-                progress(f"{status} {w.group} ({w.partition_count} partitions)")
+                say(f"{status} {w.group} ({w.partition_count} partitions)")
     return outcomes
 
 
