@@ -16,13 +16,12 @@ from pyspark.sql import SparkSession
 
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
-from ferry.keys import TopicPartitionKey
 from ferry.migrate.decision import GroupDecision
 from ferry.migrate.difference import count_records
 from ferry.migrate.ledger_table import PlanTables
-from ferry.migrate.model import Plan, Position
+from ferry.migrate.model import Plan
 from ferry.migrate.spans import Count, Span, row_span, signed_difference
-from ferry.output import json_fields_each, json_row
+from ferry.output import WRITE_ROWS, json_fields_array, json_row
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import commit
 from ferry.write.ledger import BATCH_ROWS, PHASE_PLAN, Ledger
@@ -176,46 +175,87 @@ def output_json(
     plan: Plan, decisions: Mapping[str, GroupDecision], counts: Mapping[Span, Count] | None
 ) -> Iterator[str]:
     """`output_rows` as the JSON texts `-o json` prints, one per row (the same text). The
-    positions' fields are encoded once, column by column (`json_fields_each`), and joined
-    with each group's: 640,000 rows as a dict each, encoded one by one, took 12 s (load 9).
-    Groups with rows made outside matching, or whose rows carry a difference, go through
-    `output_rows`."""
-    fields: dict = {}
+    positions' fields are encoded once, column by column (`json_fields_array`), and each
+    row is joined from its group's and its position's texts by Arrow's kernels, groups of
+    about `WRITE_ROWS` rows at a time: 640,000 rows as a dict each, encoded one by one, took
+    12 s (load 9); joined in Python per row, 320,000 rows took 3.2 s. Groups with rows made
+    outside matching, or whose rows carry a difference, go through `output_rows`."""
+    fields: _PositionTexts | None = None
+    batch: list[str] = []
+    size = 0
     for group in plan.groups():
         decision = decisions[group]
         has_difference = decision.status == GroupStatus.ALREADY_MIGRATED and counts is not None
         if plan.extra.get(group) or group in plan.group_notes or has_difference:
+            if batch:
+                yield from fields.rows(plan, decisions, batch)  # type: ignore[union-attr]
+                batch, size = [], 0
             for row in output_rows_of(plan, group, decision, counts):
                 yield json_row(row, OUTPUT_COLUMNS)
             continue
-        if not fields:  # the first group that needs them: every position's, at once
-            fields = _position_fields(plan)
-        head = '{"group": ' + json.dumps(group) + ", "
-        tail = ', "group_status": ' + json.dumps(str(decision.status)) + ', "note": null}'
-        previous = plan.previous.get(group) or {}
-        for tp, offset in sorted(plan.exact.get(group, {}).items()):
-            before, after, dst_tp = fields[(*tp, offset)]
-            now = previous.get(dst_tp)
-            yield (
-                f'{head}{before}, "previous_offset": {"null" if now is None else int(now)}, '
-                f'"difference": null, {after}{tail}'
-            )
+        if fields is None:  # the first group that needs them: every position's, at once
+            fields = _PositionTexts(plan)
+        batch.append(group)
+        size += len(plan.exact.get(group, {}))
+        if size >= WRITE_ROWS:
+            yield from fields.rows(plan, decisions, batch)
+            batch, size = [], 0
+    if batch:
+        yield from fields.rows(plan, decisions, batch)  # type: ignore[union-attr]
 
 
-def _position_fields(plan: Plan) -> dict[Position, tuple[str, str, TopicPartitionKey]]:
-    """Per position, its fields before and after the group's as JSON text, and its
-    destination partition."""
-    positions = list(plan.positions)
-    rows = [plan.positions[p] for p in positions]
-    dst = [(r["dst_topic"], r["dst_partition"]) for r in rows]
-    return dict(
-        zip(
-            positions,
-            zip(json_fields_each(rows, _BEFORE_GROUP), json_fields_each(rows, _AFTER_GROUP), dst,
-                strict=True),
-            strict=True,
-        )
-    )  # fmt: skip
+class _PositionTexts:
+    """Per position (in `index` order), its JSON fields before and after the group's, as
+    Arrow strings, and its destination partition."""
+
+    def __init__(self, plan: Plan) -> None:
+        positions = list(plan.positions)
+        rows = [plan.positions[p] for p in positions]
+        self.index = {p: i for i, p in enumerate(positions)}
+        self.dst_tp = [(r["dst_topic"], r["dst_partition"]) for r in rows]
+        self.before = json_fields_array(rows, _BEFORE_GROUP)
+        self.after = json_fields_array(rows, _AFTER_GROUP)
+
+    def rows(
+        self, plan: Plan, decisions: Mapping[str, GroupDecision], groups: list[str]
+    ) -> list[str]:
+        """The rows of `groups` (matched exactly, no difference), group by group, each group's
+        partitions in order."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        taken: list[int] = []
+        counts: list[int] = []
+        previous: list[int | None] = []
+        for group in groups:
+            at = [self.index[(t, p, o)] for (t, p), o in sorted(plan.exact.get(group, {}).items())]
+            taken += at
+            counts.append(len(at))
+            now = plan.previous.get(group)
+            if now:
+                previous += [now.get(self.dst_tp[i]) for i in at]
+            else:
+                previous += [None] * len(at)
+        per_row = pa.array(np.repeat(np.arange(len(groups)), counts))
+        heads = pa.array(['{"group": ' + json.dumps(g) + ", " for g in groups], pa.string())
+        tails = pa.array(
+            [f', "group_status": {json.dumps(str(decisions[g].status))}, "note": null}}'
+             for g in groups],
+            pa.string(),
+        )  # fmt: skip
+        at = pa.array(taken, pa.int64())
+        before_now = pc.fill_null(pc.cast(pa.array(previous, pa.int64()), pa.string()), "null")
+        return pc.binary_join_element_wise(
+            heads.take(per_row),
+            self.before.take(at),
+            ', "previous_offset": ',
+            before_now,
+            ', "difference": null, ',
+            self.after.take(at),
+            tails.take(per_row),
+            "",
+        ).to_pylist()
 
 
 def output_rows_of(
