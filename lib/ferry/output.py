@@ -135,17 +135,36 @@ def json_fields_each(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) 
 def json_fields_array(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]):  # noqa: ANN201
     """`json_fields_each` as an Arrow string array (to be taken and joined further)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    parts: list = []
-    for i, column in enumerate(columns):
+    arrays = {}
+    for column in columns:
         values = list(map(operator.methodcaller("get", column), rows))  # no Python frame a row
         try:
             # Arrow infers the column's type, checking every value (a Python set of their
             # types cost as much as the encoding)
-            array = pa.array(values)
+            arrays[column] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed, or beyond 64 bits
             return pa.array([json_fields(r, columns) for r in rows], pa.string())
+    texts = json_fields_of_columns(arrays, columns, len(rows))
+    if texts is None:
+        return pa.array([json_fields(r, columns) for r in rows], pa.string())
+    return texts
+
+
+def json_fields_of_columns(arrays: Mapping[str, Any], columns: Sequence[str], n: int):  # noqa: ANN201
+    """`json_fields` of each of `n` rows given as Arrow arrays (a column not in `arrays` is
+    null), as an Arrow string array; None when a column holds anything but whole numbers and
+    strings (its rows are then encoded one by one)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts: list = []
+    for i, column in enumerate(columns):
+        array = arrays.get(column)
+        if array is None:
+            array = pa.nulls(n)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
         if pa.types.is_integer(array.type) or pa.types.is_null(array.type):
             text = pc.cast(array, pa.string())
         elif pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
@@ -153,10 +172,10 @@ def json_fields_array(rows: Sequence[Mapping[str, Any]], columns: Sequence[str])
             names = [_ENCODE(v) for v in coded.dictionary.to_pylist()]
             text = pa.array(names, pa.string()).take(coded.indices)
         else:
-            return pa.array([json_fields(r, columns) for r in rows], pa.string())
+            return None
         parts += [("" if i == 0 else ", ") + _ENCODE(column) + ": ", pc.fill_null(text, "null")]
     if not parts:
-        return pa.array([""] * len(rows), pa.string())
+        return pa.array([""] * n, pa.string())
     return pc.binary_join_element_wise(*parts, "")
 
 

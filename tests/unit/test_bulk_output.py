@@ -29,7 +29,7 @@ from ferry.output import emit_json_lines, emit_rows
 from ferry.status import GroupStatus
 from ferry.write import commit
 
-pytest.importorskip("pyarrow")
+pa = pytest.importorskip("pyarrow")
 
 
 def _position(topic: str, partition: int, offset: int, status: str, dst: int | None) -> dict:
@@ -52,7 +52,7 @@ def _position(topic: str, partition: int, offset: int, status: str, dst: int | N
     }
 
 
-def _plan() -> Plan:
+def _plan(with_table: bool = False) -> Plan:
     positions = {
         ("a", 0, 5): _position("a", 0, 5, "MATCHED", 9),
         ("a", 1, 7): _position("a", 1, 7, "MATCHED", 11),
@@ -62,8 +62,18 @@ def _plan() -> Plan:
         group="r", src_topic="a", src_partition=0, committed_offset=5, dst_topic="a.copy",
         dst_partition=0, status="REFUSED", previous_offset=None, note="source group is Stable",
     )  # fmt: skip
+    # as matching hands them over (Spark's types: partitions are ints of 32 bits)
+    table = pa.Table.from_pylist(list(positions.values())).cast(
+        pa.schema(
+            [
+                pa.field(f.name, pa.int32()) if f.name.endswith("partition") else f
+                for f in pa.Table.from_pylist(list(positions.values())).schema
+            ]
+        )
+    )
     return Plan(
         positions,
+        position_table=table if with_table else None,
         exact={
             "g": {("a", 1): 7, ("a", 0): 5},
             "h": {("a", 0): 5},
@@ -76,8 +86,9 @@ def _plan() -> Plan:
     )
 
 
-def test_ledger_tables_hold_the_rows_ledger_rows_gives():
-    plan = _plan()
+@pytest.mark.parametrize("with_table", [False, True], ids=["dicts", "matching's table"])
+def test_ledger_tables_hold_the_rows_ledger_rows_gives(with_table):
+    plan = _plan(with_table)
     decisions = decide(plan, allow_rewind=False)
     assert decisions["done"].status == GroupStatus.ALREADY_MIGRATED
     dst = Cluster("destination", {"bootstrap.servers": "dst:9092"})
@@ -107,9 +118,10 @@ def test_ledger_tables_hold_the_rows_ledger_rows_gives():
     )
 
 
+@pytest.mark.parametrize("with_table", [False, True], ids=["dicts", "matching's table"])
 @pytest.mark.parametrize("is_dry_run", [False, True])
-def test_output_json_is_the_text_emit_rows_writes(monkeypatch, is_dry_run):
-    plan = _plan()
+def test_output_json_is_the_text_emit_rows_writes(monkeypatch, is_dry_run, with_table):
+    plan = _plan(with_table)
     decisions = decide(plan, allow_rewind=False)
     counts = None  # a dry run counts the ALREADY_MIGRATED group's difference on its span
     if is_dry_run:

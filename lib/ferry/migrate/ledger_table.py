@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 
-from ferry.migrate.model import Plan, Position
+from ferry.migrate.model import Plan, Position, table_positions
 
 
 def arrow_schema():  # noqa: ANN201 - a pyarrow.Schema (pyarrow is imported on first use)
@@ -27,39 +27,53 @@ def arrow_schema():  # noqa: ANN201 - a pyarrow.Schema (pyarrow is imported on f
     return to_arrow_schema(LEDGER_SCHEMA, timezone="UTC")
 
 
+# The ledger's position columns and matching's (`matching.POSITION_COLUMNS`) they hold.
+_POSITION_SOURCES = {
+    "source_topic": "src_topic",
+    "source_partition": "src_partition",
+    "source_offset": "committed_offset",
+    "topic": "dst_topic",
+    "partition": "dst_partition",
+    "new_offset": "destination_offset",
+    "status": "status",
+    "anchor_kind": "anchor_kind",
+    "anchor_offset": "anchor_offset",
+    "anchor_timestamp": "anchor_timestamp_ms",
+    "anchor_sha256": "anchor_sha256",
+    "candidate_count": "candidate_count",
+}
+
+
+def position_table_of(table):  # noqa: ANN001, ANN201 - pyarrow.Tables
+    """The ledger's position columns of a table of matching's rows (`Plan.position_table`),
+    row for row: its columns cast, none read into Python."""
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    columns = {}
+    for name, source in _POSITION_SOURCES.items():
+        column = table.column(source)
+        if name == "anchor_timestamp":  # epoch milliseconds as timestamps
+            column = column.cast(pa.timestamp("ms", tz="UTC"))
+        columns[name] = column.cast(schema.field(name).type)
+    return pa.table(columns)
+
+
 def position_table(positions: Mapping[Position, Mapping], order: Sequence[Position]):  # noqa: ANN201
-    """The ledger's position columns, one row per position of `order`."""
+    """The ledger's position columns, one row per position of `order` (`positions`' dicts)."""
     import pyarrow as pa
 
     schema = arrow_schema()
     rows = [positions[p] for p in order]
-
-    def col(name: str, key: str, convert: Callable | None = None):  # noqa: ANN202
-        values = [r[key] for r in rows]
-        if convert is not None:
+    plain = {"status": str, "anchor_sha256": bytes}  # enums and bytearrays as Arrow takes them
+    columns = {}
+    for name, source in _POSITION_SOURCES.items():
+        values = [r[source] for r in rows]
+        if (convert := plain.get(source)) is not None:
             values = [None if v is None else convert(v) for v in values]
-        return pa.array(values, schema.field(name).type)
-
-    def when(name: str, key: str):  # noqa: ANN202 - epoch milliseconds as timestamps, cast by Arrow
-        millis = pa.array([r[key] for r in rows], pa.int64())
-        return millis.cast(pa.timestamp("ms", tz="UTC")).cast(schema.field(name).type)
-
-    return pa.table(
-        {
-            "source_topic": col("source_topic", "src_topic"),
-            "source_partition": col("source_partition", "src_partition"),
-            "source_offset": col("source_offset", "committed_offset"),
-            "topic": col("topic", "dst_topic"),
-            "partition": col("partition", "dst_partition"),
-            "new_offset": col("new_offset", "destination_offset"),
-            "status": col("status", "status", str),
-            "anchor_kind": col("anchor_kind", "anchor_kind"),
-            "anchor_offset": col("anchor_offset", "anchor_offset"),
-            "anchor_timestamp": when("anchor_timestamp", "anchor_timestamp_ms"),
-            "anchor_sha256": col("anchor_sha256", "anchor_sha256", bytes),
-            "candidate_count": col("candidate_count", "candidate_count"),
-        }
-    )
+        kind = pa.int64() if name == "anchor_timestamp" else schema.field(name).type
+        columns[source] = pa.array(values, kind)
+    return position_table_of(pa.table(columns))
 
 
 class PlanTables:
@@ -81,9 +95,13 @@ class PlanTables:
         self.plan, self.message, self.cluster = plan, message, cluster
         self.batch_rows, self.row_path = batch_rows, row_path
         self.schema = arrow_schema()
-        order = sorted(plan.positions)
+        if plan.position_table is not None:  # matching's own columns, in its order
+            order = table_positions(plan.position_table)
+            self.by_position = position_table_of(plan.position_table)
+        else:
+            order = sorted(plan.positions)
+            self.by_position = position_table(plan.positions, order)
         self.index = {p: i for i, p in enumerate(order)}
-        self.by_position = position_table(plan.positions, order)
 
     @cached_property
     def dst_tp(self) -> list[tuple[str, int]]:

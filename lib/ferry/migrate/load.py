@@ -19,9 +19,9 @@ from ferry.kafka.cluster import Cluster
 from ferry.migrate.decision import GroupDecision
 from ferry.migrate.difference import count_records
 from ferry.migrate.ledger_table import PlanTables
-from ferry.migrate.model import Plan
+from ferry.migrate.model import Plan, table_positions
 from ferry.migrate.spans import Count, Span, row_span, signed_difference
-from ferry.output import WRITE_ROWS, json_fields_array, json_row
+from ferry.output import WRITE_ROWS, json_fields_array, json_fields_of_columns, json_row
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import commit
 from ferry.write.ledger import BATCH_ROWS, PHASE_PLAN, Ledger
@@ -209,12 +209,22 @@ class _PositionTexts:
     Arrow strings, and its destination partition."""
 
     def __init__(self, plan: Plan) -> None:
-        positions = list(plan.positions)
-        rows = [plan.positions[p] for p in positions]
+        table = plan.position_table
+        if table is not None:  # matching's own columns: no value is read out of a dict
+            positions = table_positions(table)
+            keys = ("dst_topic", "dst_partition")
+            self.dst_tp = list(zip(*(table.column(c).to_pylist() for c in keys), strict=True))
+            arrays = {c: table.column(c) for c in table.column_names}
+            before = json_fields_of_columns(arrays, _BEFORE_GROUP, table.num_rows)
+            after = json_fields_of_columns(arrays, _AFTER_GROUP, table.num_rows)
+        if table is None or before is None or after is None:
+            positions = list(plan.positions)
+            rows = [plan.positions[p] for p in positions]
+            self.dst_tp = [(r["dst_topic"], r["dst_partition"]) for r in rows]
+            before = json_fields_array(rows, _BEFORE_GROUP)
+            after = json_fields_array(rows, _AFTER_GROUP)
         self.index = {p: i for i, p in enumerate(positions)}
-        self.dst_tp = [(r["dst_topic"], r["dst_partition"]) for r in rows]
-        self.before = json_fields_array(rows, _BEFORE_GROUP)
-        self.after = json_fields_array(rows, _AFTER_GROUP)
+        self.before, self.after = before, after
 
     def rows(
         self, plan: Plan, decisions: Mapping[str, GroupDecision], groups: list[str]

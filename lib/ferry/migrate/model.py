@@ -32,6 +32,12 @@ def offsets_by_partition(positions: Iterable[Position]) -> dict[TopicPartitionKe
     return out
 
 
+def table_positions(table) -> list[Position]:  # noqa: ANN001 - a pyarrow.Table
+    """The positions of a table of matching's rows (`Plan.position_table`), in its order."""
+    keys = ("src_topic", "src_partition", "committed_offset")
+    return list(zip(*(table.column(c).to_pylist() for c in keys), strict=True))
+
+
 def row_order(row: Mapping) -> tuple:
     """Group, source topic, then source partition (exact rows) or destination partition
     (reconciled rows, which have no source partition)."""
@@ -53,6 +59,10 @@ class Plan:
     extra: dict[str, list[dict]] = field(default_factory=dict)
     # group -> (status, why) for groups decided before matching (refused, nothing to migrate)
     group_notes: dict[str, tuple[GroupStatus, str]] = field(default_factory=dict)
+    # `positions` as the Arrow table matching gave them in (a pyarrow.Table of
+    # `POSITION_COLUMNS`, one row per position), or None: the ledger's and the JSON output's
+    # columns are taken from it, not read back out of 250,000 dicts
+    position_table: object | None = None
 
     def groups(self) -> list[str]:
         return sorted(set(self.exact) | set(self.extra) | set(self.group_notes))

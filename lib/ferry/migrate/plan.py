@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     BinaryType,
@@ -28,7 +29,6 @@ from ferry.migrate.context import fingerprints_at, hashes_at, locate_each, with_
 from ferry.migrate.discover import Discovery, discover, exact_partitions
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
-    collect_rows,
     destination_last_timestamps,
     destination_windows,
     extract_source_records,
@@ -119,7 +119,7 @@ def build_plan(
     `spark` may still be starting: the source is read on the driver meanwhile, if small."""
     exact = exact_partitions(disc)
     wanted = distinct_positions(exact)
-    positions = match_positions(spark, src, dst, disc, cfg, wanted, progress) if wanted else {}
+    table = match_positions(spark, src, dst, disc, cfg, wanted, progress) if wanted else None
     extra: dict[str, list[dict]] = {}
     if disc.reconcile_topics:
         for row in plan_reconciled(session_of(spark), src, dst, disc, cfg, progress):
@@ -142,7 +142,12 @@ def build_plan(
                 GroupStatus.NOTHING_TO_MIGRATE,
                 "no committed offsets on the selected topics: nothing to migrate",
             )
-    return Plan(positions, exact, disc.previous, extra, notes)
+    positions = (
+        {(r["src_topic"], r["src_partition"], r["committed_offset"]): r for r in table.to_pylist()}
+        if table is not None
+        else {}
+    )
+    return Plan(positions, exact, disc.previous, extra, notes, table)
 
 
 def distinct_positions(exact: dict[str, dict[TopicPartitionKey, int]]) -> list[Position]:
@@ -165,8 +170,8 @@ def match_positions(
     cfg: FerryConfig,
     wanted: list[Position],
     progress: Callable[[str], None],
-) -> dict[Position, dict]:
-    """Matching's row for each position (`matching.POSITION_COLUMNS`)."""
+) -> pa.Table:
+    """Matching's row for each position (`matching.POSITION_COLUMNS`), one per position."""
     k = cfg.matching.context
     progress(f"matching {len(wanted)} distinct committed positions")
     read, src_segments = extract_source_records(spark, src, wanted, disc, cfg, progress)
@@ -230,13 +235,11 @@ def match_positions(
             f"destination: read {found.offsets_read} offsets for {found.positions} anchor "
             f"positions ({per:.0f} per position) in {found.steps} steps"
         )
-        resolved = found.rows
+        resolved = found.table
     done = inputs()
     done.anchors_cached()
     done.anchors_df.unpersist()
-    # one row per position
-    return {(row["src_topic"], row["src_partition"], row["committed_offset"]): row
-            for row in resolved}  # fmt: skip
+    return resolved
 
 
 def _match_inputs(
@@ -275,7 +278,7 @@ def _match_windows(
     dst_bounds: dict,
     cfg: FerryConfig,
     progress: Callable[[str], None],
-) -> list[dict]:
+) -> pa.Table:
     """`matching.search: full`: every anchor's whole timestamp window, read at once, and
     matching's row for each position."""
     k, m = cfg.matching.context, cfg.matching
@@ -295,7 +298,7 @@ def _match_windows(
     )
     progress("matching anchors to destination records")
     resolved_df = matching.resolve(candidates_df, ready.bounds_df, m.window_after_ms)
-    return collect_rows(resolved_df.select(*matching.POSITION_COLUMNS))
+    return resolved_df.select(*matching.POSITION_COLUMNS).toArrow()
 
 
 def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict:  # noqa: ANN001

@@ -79,7 +79,7 @@ WINDOW_LOOKUPS_PER_PARTITION = 16
 
 @dataclass
 class SearchResult:
-    rows: list[dict]  # matching's row for each position (`matching.POSITION_COLUMNS`)
+    table: pa.Table  # matching's row for each position (`matching.POSITION_COLUMNS`)
     offsets_read: int
     positions: int
     steps: int
@@ -185,7 +185,7 @@ def search_destination(
             f"destination: {len(cut_short)} anchor positions within their context of the log "
             f"start read to their windows' edges at once ({n} offsets)"
         )
-    rows: list[dict] = []
+    kept: list[pa.Table] = []  # each step's rows that are their positions' results
     offsets_read, step = 0, 0
     unanchored = True  # positions with no anchor ("none") are matched by the first job
     while step < MAX_STEPS and (
@@ -237,9 +237,9 @@ def search_destination(
         # and only when some slice is still open (250,000 positions decided at once: a key
         # tuple and a dict edit a row, 0.7 s)
         step_table = step_df.toArrow()
-        step_rows = step_table.drop_columns(["is_full_match"]).to_pylist()  # `POSITION_COLUMNS`
+        position_table = step_table.drop_columns(["is_full_match"])  # `POSITION_COLUMNS`
         if not still_open:
-            rows += step_rows
+            kept.append(position_table)
             continue
         keys = list(zip(*(step_table.column(c).to_pylist() for c in SLICE_KEYS), strict=True))
         is_full: dict[tuple[str, int, int], bool] = {}
@@ -253,10 +253,12 @@ def search_destination(
             s.is_decided = state.is_decided
             s.is_left_closed = state.is_left_closed
             s.is_right_closed = state.is_right_closed
-        for key, row in zip(keys, step_rows, strict=True):
-            s = still_open.get(key)
-            if s is None or not s.is_open or step == MAX_STEPS:
-                rows.append(row)  # the row is the step's own
+        own = [  # the rows that are the step's own results
+            i
+            for i, key in enumerate(keys)
+            if (s := still_open.get(key)) is None or not s.is_open or step == MAX_STEPS
+        ]
+        kept.append(position_table.take(pa.array(own, pa.int64())))
         for s in still_open.values():
             if s.is_open:
                 if not s.is_left_closed:
@@ -269,7 +271,7 @@ def search_destination(
                 f"destination: the {len(leftovers)} anchor positions still open read to "
                 f"their windows' edges at once ({n} offsets)"
             )
-    return SearchResult(rows, offsets_read, len(slices), step)
+    return SearchResult(pa.concat_tables(kept), offsets_read, len(slices), step)
 
 
 def _candidates(
