@@ -144,6 +144,7 @@ def committed_offsets(
     groups: Sequence[str],
     errors: dict[str, ClusterError] | None = None,
     listed: Collection[str] | None = None,
+    probe: bool = False,
 ) -> dict[str, dict[TopicPartitionKey, int]]:
     """Each group's committed offsets (partitions without a commit are left out). The client
     takes one group per OffsetFetch: the requests go in waves of `FETCH_WAVE` groups, each
@@ -162,9 +163,12 @@ def committed_offsets(
     are left out of the answer unasked; their coordinators are still awaited, so a
     coordinator that does not answer fails the call as a fetch would (a fresh destination
     lists none of 10,000 groups: 10,000 fetches saved, its coordinators waited for as ever).
-    One of them per `__consumer_offsets` partition is fetched all the same (`probe_groups`): a
-    coordinator that answers describes but not fetches fails the call here, as it would if
-    every group were fetched."""
+    With `probe`, one of them per `__consumer_offsets` partition is fetched all the same
+    (`probe_groups`): a coordinator that answers describes but not fetches fails the call
+    here, as it would if every group were fetched (a write batch: before it writes). Not in
+    discovery: on a destination that has just created `__consumer_offsets`, a fetch sent as
+    soon as the coordinators answer describes was once answered NOT_COORDINATOR (a worker
+    crash, retried; make test-faults)."""
     if not groups:
         return {}
     fetched = None if listed is None else [g for g in groups if g in listed]
@@ -178,6 +182,7 @@ def committed_offsets(
         deadline,
         FETCH_WAVE,
         fetched,
+        probe,
         retry_s=cluster.retry_s,
         deadline=deadline,
     )
@@ -200,9 +205,11 @@ def _committed_offsets_here(
     deadline: float,
     wave: int,
     fetched: list[str] | None,
+    probe: bool,
 ) -> tuple[dict[str, dict[TopicPartitionKey, int]], dict[str, ClusterError]]:
     """`committed_offsets`, run in the worker on the worker's own copy of the cluster (its
-    AdminClient kept between calls); `fetched`: the groups to fetch (None: all)."""
+    AdminClient kept between calls); `fetched`: the groups to fetch (None: all), and with
+    `probe` one more per coordinator they do not reach."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     cluster = isolated.resident(detached)
@@ -219,9 +226,11 @@ def _committed_offsets_here(
 
     if fetched is None:
         wanted = groups
-    else:  # the partitions' count is known once `await_coordinators` has had an answer
+    elif probe:  # the partitions' count is known once `await_coordinators` has had an answer
         count = _answering.get(cluster.name, (0, set()))[0]
         wanted = [*fetched, *probe_groups(groups, fetched, count)]
+    else:
+        wanted = fetched
     todo = [g for g in wanted if g not in errors]
     answers: dict[str, object] = {}
     for start in range(0, len(todo), wave):  # each wave retried as one; one budget for all

@@ -250,7 +250,9 @@ def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, Writ
     errors: dict[str, kafka.ClusterError] = {}
     # Only the groups the batch's listing shows have offsets to fetch (a fresh destination's
     # batch: none, 1,000 requests saved; `committed_offsets` probes their coordinators).
-    fetched = kafka.committed_offsets(cluster, [w.group for w in inactive], errors, listed)
+    fetched = kafka.committed_offsets(
+        cluster, [w.group for w in inactive], errors, listed, probe=True
+    )
     previous = {w.group: fetched.get(w.group, {}) for w in inactive if w.group not in errors}
     deletes, alters = [], []
     for w in inactive:
