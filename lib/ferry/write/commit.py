@@ -231,10 +231,13 @@ def _batches(writes: Sequence[GroupWrite], size: int) -> list[list[GroupWrite]]:
     """Consecutive batches of at most `size` writes; a group named twice starts a new batch
     (its two writes must not be in flight together)."""
     out: list[list[GroupWrite]] = [[]]
+    names: set[str] = set()  # the last batch's groups
     for w in writes:
-        if len(out[-1]) >= max(1, size) or any(o.group == w.group for o in out[-1]):
+        if len(out[-1]) >= max(1, size) or w.group in names:
             out.append([])
+            names = set()
         out[-1].append(w)
+        names.add(w.group)
     return [b for b in out if b]
 
 
