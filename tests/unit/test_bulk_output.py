@@ -166,8 +166,11 @@ def test_outcome_table_is_outcome_rows_column_wise():
     assert [r["message"] for r in got] == [r["message"] for r in want]
 
 
-def test_json_fields_each_is_json_fields_of_each_row():
-    from ferry.output import json_fields, json_fields_each
+def test_json_fields_array_is_json_fields_of_each_row():
+    from ferry.output import json_fields, json_fields_array
+
+    def json_fields_each(rows: list[dict], columns: list[str]) -> list[str]:
+        return json_fields_array(rows, columns).to_pylist()
 
     rows = [
         {"t": 'a "quoted"\\ topic', "n": 0, "m": None, "s": "MATCHED", "big": 2**62},

@@ -215,12 +215,6 @@ def located_records(
     return matching.Located(index_df, fingerprints_df(spark, records, wanted))
 
 
-def collect_rows(df: DataFrame) -> list[dict]:
-    """A DataFrame's rows on the driver as dicts, through Arrow: a Row object per row costs
-    several times more (60,000 positions' matching rows)."""
-    return df.toArrow().to_pylist()
-
-
 def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
     if not parts:
         return spark.createDataFrame([], RECORDS_SCHEMA)  # no rows: nothing goes through Python
