@@ -23,7 +23,7 @@ from ferry.migrate.load import (
     output_rows,
 )
 from ferry.migrate.matching import plan_row
-from ferry.migrate.model import Plan
+from ferry.migrate.model import Plan, PositionRows
 from ferry.migrate.spans import row_span
 from ferry.output import emit_json_lines, emit_rows
 from ferry.status import GroupStatus
@@ -72,8 +72,7 @@ def _plan(with_table: bool = False) -> Plan:
         )
     )
     return Plan(
-        positions,
-        position_table=table if with_table else None,
+        PositionRows(table) if with_table else positions,
         exact={
             "g": {("a", 1): 7, ("a", 0): 5},
             "h": {("a", 0): 5},
@@ -160,7 +159,7 @@ def test_outcome_table_is_outcome_rows_column_wise():
     ]
     want = [r for w in writes for r in commit._outcome_rows(w, done[w.group])]
     got = commit.outcome_table(table, done).to_pylist()
-    assert [r["previous_offset"] for r in got] == [2, None, None]  # g: a[1] then a[0], as committed
+    assert [r["previous_offset"] for r in got] == [None, 2, None]  # g: a[0] then a[1], sorted
     for name in ("group", "topic", "partition", "previous_offset", "status", "is_committed"):
         assert [r[name] for r in got] == [r[name] for r in want], name
     assert [r["message"] for r in got] == [r["message"] for r in want]

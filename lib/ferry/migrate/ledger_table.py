@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 
-from ferry.migrate.model import Plan, Position, table_positions
+from ferry.migrate.model import Plan, Position
 
 
 def arrow_schema():  # noqa: ANN201 - a pyarrow.Schema (pyarrow is imported on first use)
@@ -95,13 +95,11 @@ class PlanTables:
         self.plan, self.message, self.cluster = plan, message, cluster
         self.batch_rows, self.row_path = batch_rows, row_path
         self.schema = arrow_schema()
+        # one row per position, in `plan.position_order` (what `plan.exact_at` indexes)
         if plan.position_table is not None:  # matching's own columns, in its order
-            order = table_positions(plan.position_table)
             self.by_position = position_table_of(plan.position_table)
         else:
-            order = sorted(plan.positions)
-            self.by_position = position_table(plan.positions, order)
-        self.index = {p: i for i, p in enumerate(order)}
+            self.by_position = position_table(plan.positions, plan.position_order)
 
     @cached_property
     def dst_tp(self) -> list[tuple[str, int]]:
@@ -156,14 +154,13 @@ def _exact_table(tables: PlanTables, groups: list[str]):  # noqa: ANN202 - a pya
     import numpy as np
     import pyarrow as pa
 
-    plan, index = tables.plan, tables.index
+    plan = tables.plan
 
     taken: list[int] = []
     counts: list[int] = []
     previous: list[int | None] = []
     for group in groups:
-        offsets = plan.exact.get(group, {})
-        at = [index[(t, p, o)] for (t, p), o in offsets.items()]
+        at = plan.exact_at(group)
         taken += at
         counts.append(len(at))
         now = plan.previous.get(group)

@@ -19,7 +19,7 @@ from ferry.kafka.cluster import Cluster
 from ferry.migrate.decision import GroupDecision
 from ferry.migrate.difference import count_records
 from ferry.migrate.ledger_table import PlanTables
-from ferry.migrate.model import Plan, table_positions
+from ferry.migrate.model import Plan
 from ferry.migrate.spans import Count, Span, row_span, signed_difference
 from ferry.output import WRITE_ROWS, json_fields_array, json_fields_of_columns, json_row
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
@@ -205,25 +205,22 @@ def output_json(
 
 
 class _PositionTexts:
-    """Per position (in `index` order), its JSON fields before and after the group's, as
+    """Per position (in `plan.position_order`), its JSON fields before and after the group's, as
     Arrow strings, and its destination partition."""
 
     def __init__(self, plan: Plan) -> None:
         table = plan.position_table
         if table is not None:  # matching's own columns: no value is read out of a dict
-            positions = table_positions(table)
             keys = ("dst_topic", "dst_partition")
             self.dst_tp = list(zip(*(table.column(c).to_pylist() for c in keys), strict=True))
             arrays = {c: table.column(c) for c in table.column_names}
             before = json_fields_of_columns(arrays, _BEFORE_GROUP, table.num_rows)
             after = json_fields_of_columns(arrays, _AFTER_GROUP, table.num_rows)
         if table is None or before is None or after is None:
-            positions = list(plan.positions)
-            rows = [plan.positions[p] for p in positions]
+            rows = [plan.positions[p] for p in plan.position_order]
             self.dst_tp = [(r["dst_topic"], r["dst_partition"]) for r in rows]
             before = json_fields_array(rows, _BEFORE_GROUP)
             after = json_fields_array(rows, _AFTER_GROUP)
-        self.index = {p: i for i, p in enumerate(positions)}
         self.before, self.after = before, after
 
     def rows(
@@ -239,7 +236,7 @@ class _PositionTexts:
         counts: list[int] = []
         previous: list[int | None] = []
         for group in groups:
-            at = [self.index[(t, p, o)] for (t, p), o in sorted(plan.exact.get(group, {}).items())]
+            at = plan.exact_at(group)
             taken += at
             counts.append(len(at))
             now = plan.previous.get(group)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ferry.keys import TopicPartitionKey
 from ferry.migrate.spans import Span, row_span, span_between
@@ -38,6 +39,45 @@ def table_positions(table) -> list[Position]:  # noqa: ANN001 - a pyarrow.Table
     return list(zip(*(table.column(c).to_pylist() for c in keys), strict=True))
 
 
+# a position's destination partition and offset, or None while unresolved (what `decide` reads)
+Target = tuple[TopicPartitionKey, int] | None
+
+
+class PositionRows(Mapping):
+    """Matching's rows (`POSITION_COLUMNS`) by position, read from its Arrow table: a row's
+    dict is made when it is first read (250,000 positions as dicts took a second that a run
+    whose groups all resolve never needs), and the table's order is every position's index."""
+
+    def __init__(self, table) -> None:  # noqa: ANN001 - a pyarrow.Table
+        self.table = table
+        self.order = table_positions(table)
+        self.index = {p: i for i, p in enumerate(self.order)}
+        self._columns: dict[str, list] | None = None
+        self._rows: dict[int, dict] = {}
+
+    def __getitem__(self, position: Position) -> dict:
+        i = self.index[position]
+        row = self._rows.get(i)
+        if row is None:
+            if self._columns is None:
+                table = self.table
+                self._columns = {c: table.column(c).to_pylist() for c in table.column_names}
+            row = self._rows[i] = {c: values[i] for c, values in self._columns.items()}
+        return row
+
+    def __iter__(self) -> Iterator[Position]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def targets(self) -> list[Target]:
+        """Every position's `Target`, in order, read column-wise."""
+        names = ("dst_topic", "dst_partition", "destination_offset", "is_resolved")
+        columns = (self.table.column(c).to_pylist() for c in names)
+        return [((t, p), o) if ok else None for t, p, o, ok in zip(*columns, strict=True)]
+
+
 def row_order(row: Mapping) -> tuple:
     """Group, source topic, then source partition (exact rows) or destination partition
     (reconciled rows, which have no source partition)."""
@@ -49,8 +89,9 @@ def row_order(row: Mapping) -> tuple:
 class Plan:
     """Every selected group's plan, row by row on demand (`rows_of`, `rows`)."""
 
-    # position -> matching's row for it (`ferry.migrate.matching.POSITION_COLUMNS`)
-    positions: dict[Position, dict]
+    # position -> matching's row for it (`ferry.migrate.matching.POSITION_COLUMNS`): its
+    # Arrow table's `PositionRows`, or plain dicts (a plan merged by `--wait`)
+    positions: Mapping[Position, dict]
     # group -> source partition -> committed offset, for partitions matched exactly
     exact: dict[str, Mapping[TopicPartitionKey, int]]
     # group -> the destination group's offsets before this run
@@ -59,13 +100,57 @@ class Plan:
     extra: dict[str, list[dict]] = field(default_factory=dict)
     # group -> (status, why) for groups decided before matching (refused, nothing to migrate)
     group_notes: dict[str, tuple[GroupStatus, str]] = field(default_factory=dict)
-    # `positions` as the Arrow table matching gave them in (a pyarrow.Table of
-    # `POSITION_COLUMNS`, one row per position), or None: the ledger's and the JSON output's
-    # columns are taken from it, not read back out of 250,000 dicts
-    position_table: object | None = None
+    # group -> `exact_at`, worked out once for decide, the ledger and the output
+    _exact_at: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)
 
     def groups(self) -> list[str]:
         return sorted(set(self.exact) | set(self.extra) | set(self.group_notes))
+
+    @property
+    def position_table(self):  # noqa: ANN201 - a pyarrow.Table or None
+        """`positions` as the Arrow table matching gave them in (`POSITION_COLUMNS`, one row
+        per position, in `position_order`), or None: the ledger's and the JSON output's
+        columns are cast from it, not read back out of 250,000 dicts."""
+        return self.positions.table if isinstance(self.positions, PositionRows) else None
+
+    @cached_property
+    def position_order(self) -> list[Position]:
+        """Every position, in the order `exact_at` indexes."""
+        if isinstance(self.positions, PositionRows):
+            return self.positions.order
+        return list(self.positions)
+
+    @cached_property
+    def _position_index(self) -> dict[Position, int]:
+        if isinstance(self.positions, PositionRows):
+            return self.positions.index
+        return {p: i for i, p in enumerate(self.position_order)}
+
+    def exact_at(self, group: str) -> list[int]:
+        """The indexes (into `position_order`) of the group's exactly matched partitions'
+        positions, in partition order."""
+        at = self._exact_at.get(group)
+        if at is None:
+            index = self._position_index
+            offsets = sorted(self.exact.get(group, {}).items())
+            at = self._exact_at[group] = [index[(t, p, o)] for (t, p), o in offsets]
+        return at
+
+    @cached_property
+    def _targets(self) -> list[Target]:
+        if isinstance(self.positions, PositionRows):
+            return self.positions.targets()
+        return [
+            ((r["dst_topic"], r["dst_partition"]), r["destination_offset"])
+            if r["is_resolved"]
+            else None
+            for r in map(self.positions.__getitem__, self.position_order)
+        ]
+
+    def targets_of(self, group: str) -> list[Target]:
+        """Each exactly matched partition's `Target`, in partition order."""
+        targets = self._targets
+        return [targets[i] for i in self.exact_at(group)]
 
     def rows_of(self, group: str) -> list[dict]:
         """The group's plan rows (`PLAN_COLUMNS`, `previous_offset`, `note`), in row order;
@@ -89,11 +174,8 @@ class Plan:
         """The group's matching rows without `group`, `previous_offset` or `note` and without
         copies (the plan's own: read them, never change them): what `decide` needs, at a
         tenth of `rows_of`'s cost for 10,000 groups."""
-        positions = self.positions
-        rows: list[Mapping] = [
-            positions[(topic, partition, offset)]
-            for (topic, partition), offset in self.exact.get(group, {}).items()
-        ]
+        positions, order = self.positions, self.position_order
+        rows: list[Mapping] = [positions[order[i]] for i in self.exact_at(group)]
         return rows + self.extra.get(group, [])
 
     @property

@@ -37,7 +37,7 @@ from ferry.migrate.extract import (
     read_hashed,
     window_offsets,
 )
-from ferry.migrate.model import Plan, Position, row_order
+from ferry.migrate.model import Plan, Position, PositionRows, row_order
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
 from ferry.session import (
@@ -142,12 +142,8 @@ def build_plan(
                 GroupStatus.NOTHING_TO_MIGRATE,
                 "no committed offsets on the selected topics: nothing to migrate",
             )
-    positions = (
-        {(r["src_topic"], r["src_partition"], r["committed_offset"]): r for r in table.to_pylist()}
-        if table is not None
-        else {}
-    )
-    return Plan(positions, exact, disc.previous, extra, notes, table)
+    positions = PositionRows(table) if table is not None else {}
+    return Plan(positions, exact, disc.previous, extra, notes)
 
 
 def distinct_positions(exact: dict[str, dict[TopicPartitionKey, int]]) -> list[Position]:
