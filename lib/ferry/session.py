@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -233,12 +234,25 @@ def _direct(app_name: str) -> SparkSession.Builder:
 
 
 def has_delta_jars(spark: SparkSession) -> bool:
-    """True when delta-spark's JVM classes are on this session's classpath."""
+    """True when delta-spark's JVM classes are on this session's classpath (asked once per
+    SparkContext: a lookup that fails costs 60 ms of Py4J's error handling, and a ledger
+    asks at every append)."""
+    context = spark.sparkContext
+    known = _DELTA_JARS.get(context)
+    if known is None:
+        known = _DELTA_JARS[context] = _looks_up_delta(context)
+    return known
+
+
+_DELTA_JARS: weakref.WeakKeyDictionary[SparkContext, bool] = weakref.WeakKeyDictionary()
+
+
+def _looks_up_delta(context: SparkContext) -> bool:
     # Looked up the way Spark loads the extension, through the context class loader: jars of
     # --packages and --jars live there, not in the system class loader that a plain
     # Class.forName through Py4J searches (which never found them under spark-submit).
     try:
-        utils = spark.sparkContext._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
+        utils = context._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
         utils.classForName(DELTA_EXTENSION, False, False)  # not initialized; Spark's loader
         return True
     except Exception:

@@ -174,7 +174,7 @@ def _exact_table(tables: PlanTables, groups: list[str]):  # noqa: ANN202 - a pya
     table = tables.by_position.take(pa.array(taken, pa.int64()))
     n = len(taken)
     extra = {
-        "cluster": pa.array([tables.cluster] * n, pa.string()),
+        "cluster": pa.repeat(pa.scalar(tables.cluster, pa.string()), n),
         "group": names,
         "source_group": names,
         "previous_offset": pa.array(previous, pa.int64()),

@@ -216,7 +216,7 @@ class Ledger:
         run = self._run_values()
         for name, value in {**run, "is_committed": False, "phase": phase}.items():
             i = table.schema.get_field_index(name)
-            column = pa.array([value] * n, table.schema.field(i).type)
+            column = pa.repeat(pa.scalar(value, table.schema.field(i).type), n)
             if name not in run:
                 column = pc.coalesce(table.column(i), column)
             table = table.set_column(i, table.schema.field(i), column)
