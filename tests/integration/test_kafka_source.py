@@ -204,6 +204,11 @@ def test_driver_and_spark_give_identical_rows_across_gaps(spark, cluster, gappy,
     every = [r.offset for r in rows("driver", [OffsetRange(name, 0, 0, end)])]
     assert [r.offset for r in after] == [min(o for o in every if o > m) for m in (8, 11)]
     assert rows("driver", singles) == rows("spark", singles) == []
+    # a range whose last offset holds a record: that record is the one at or after it, and the
+    # record after the range (3) is not read on to
+    whole = [OffsetRange(name, 0, 0, 3)]
+    assert [r.offset for r in rows("driver", whole, to_next_record=True)] == [0, 1, 2]
+    assert rows("spark", whole, to_next_record=True) == rows("driver", whole, to_next_record=True)
 
 
 def test_many_ranges_of_a_partition_skip_their_gaps_read_on_or_sought(spark, cluster, path):

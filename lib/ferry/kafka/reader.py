@@ -173,7 +173,22 @@ class RangeReader:
                 chunks: dict[OffsetRange, list] = {}
                 moved: set[tuple[str, int]] = set()  # sought elsewhere: the rest is stale
                 progressed = transient = False
+                # The common record: the partition's previous record was read into its range
+                # and this one is the next inside it. It is taken on a fast path that only
+                # compares it with that partition's state, held in locals (a dict lookup and
+                # a range's hash a record were a third of a large read's time).
+                fast: _Cursor | None = None  # whose state the locals hold, None: none
+                f_topic, f_partition, f_next, f_last, f_chunk = "", -1, 0, 0, []
                 for msg in messages:
+                    if fast is not None:
+                        if msg.partition() == f_partition and msg.topic() == f_topic:
+                            offset = msg.offset()
+                            if f_next <= offset < f_last and msg.error() is None:
+                                f_chunk.append(msg)
+                                f_next = offset + 1
+                                continue
+                        fast.next_offset = f_next  # the slow path reads the cursor itself
+                        fast = None
                     tp = (msg.topic(), msg.partition())
                     cursor = cursors.get(tp)
                     if cursor is None or tp in moved:
@@ -200,9 +215,12 @@ class RangeReader:
                     while True:
                         r = cursor.range
                         if offset < r.end - 1:
-                            chunks.setdefault(r, []).append(msg)
+                            f_chunk = chunks.setdefault(r, [])
+                            f_chunk.append(msg)
                             cursor.next_offset = offset + 1
                             progressed = True
+                            fast, f_topic, f_partition = cursor, tp[0], tp[1]
+                            f_next, f_last = offset + 1, r.end - 1
                             break
                         if offset == r.end - 1 or cursor.reads_on():
                             chunks.setdefault(r, []).append(msg)
@@ -220,6 +238,8 @@ class RangeReader:
                             self._consumer.seek(TopicPartition(tp[0], tp[1], following.start))
                             moved.add(tp)
                         break
+                if fast is not None:
+                    fast.next_offset = f_next
                 if finished:
                     # Stop fetching what is done; paused flags are cleared when the read ends.
                     self._consumer.pause([TopicPartition(t, p) for t, p in finished])
@@ -286,6 +306,7 @@ _COLUMN_BUILDERS = {
     "sha256": lambda msgs, hasher: [hasher(m.key(), m.value(), m.headers()) for m in msgs],
 }
 COLUMNS = tuple(_COLUMN_BUILDERS)
+_PER_RANGE = frozenset({"topic", "partition"})  # the same for every record of a chunk
 NOT_NULL = frozenset({"topic", "partition", "offset"})
 
 
@@ -326,18 +347,26 @@ def arrow_batches(
     hasher = record_hasher(hash_fields, ignore_headers) if hash_fields else None
     schema = arrow_schema(columns)
     pending: list = []
+    ranges_of: list[tuple[OffsetRange, int]] = []  # each chunk's range and size, in order
     size = 0
 
     def take() -> pa.RecordBatch:
-        nonlocal pending, size
-        msgs, pending, size = pending, [], 0
-        return pa.RecordBatch.from_pydict(
-            {c: _COLUMN_BUILDERS[c](msgs, hasher) for c in columns}, schema=schema
-        )
+        nonlocal pending, ranges_of, size
+        msgs, chunks, pending, ranges_of, size = pending, ranges_of, [], [], 0
+        values = {}
+        for c in columns:
+            if c in _PER_RANGE:  # a chunk is one partition's: its range names it
+                values[c] = column = []
+                for r, n in chunks:
+                    column += [getattr(r, c)] * n
+            else:
+                values[c] = _COLUMN_BUILDERS[c](msgs, hasher)
+        return pa.RecordBatch.from_pydict(values, schema=schema)
 
-    for _, messages in reader.read(ranges, to_next_record=to_next_record):
-        pending.extend(messages)
-        size += sum(len(m) for m in messages) + 64 * len(messages)  # len(): the value's
+    for r, messages in reader.read(ranges, to_next_record=to_next_record):
+        pending += messages
+        ranges_of.append((r, len(messages)))
+        size += sum(map(len, messages)) + 64 * len(messages)  # len(): the value's
         if len(pending) >= _BATCH_ROWS or size >= _BATCH_BYTES:
             yield take()
     if pending:
