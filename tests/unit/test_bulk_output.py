@@ -185,3 +185,19 @@ def test_json_fields_array_is_json_fields_of_each_row():
         assert json_fields_each(mixed, columns) == [json_fields(r, columns) for r in mixed]
     assert json_fields_each([], columns) == []
     assert json_fields_each(rows, []) == ["", "", ""]
+
+
+def test_a_plan_on_matching_s_table_decides_as_one_on_dicts():
+    """`PositionRows` (rows made when read, targets read column-wise) against plain dicts:
+    the same decisions, the same rows, and a row's dict made once."""
+    on_dicts, on_table = _plan(), _plan(with_table=True)
+    want, got = decide(on_dicts, allow_rewind=False), decide(on_table, allow_rewind=False)
+    assert {g: (d.status, d.message, d.offsets) for g, d in got.items()} == {
+        g: (d.status, d.message, d.offsets) for g, d in want.items()
+    }
+    assert got["g"].offsets == {("a.copy", 0): 9, ("a.copy", 1): 11}
+    assert got["p"].status == GroupStatus.PENDING
+    for group in on_dicts.groups():
+        assert on_table.rows_of(group) == on_dicts.rows_of(group)
+    assert on_table.positions[("a", 0, 5)] is on_table.positions[("a", 0, 5)]
+    assert dict(on_table.positions) == on_dicts.positions
