@@ -14,7 +14,6 @@ Pure: Arrow and plain values, no Spark, no Kafka client.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from functools import cached_property
 
 from ferry.migrate.model import Plan, Position
 
@@ -101,13 +100,6 @@ class PlanTables:
         else:
             self.by_position = position_table(plan.positions, plan.position_order)
 
-    @cached_property
-    def dst_tp(self) -> list[tuple[str, int]]:
-        """Each position's destination partition, in the position table's order: read only
-        for groups already committed on the destination (a first run has none)."""
-        table = self.by_position
-        return list(zip(table["topic"].to_pylist(), table["partition"].to_pylist(), strict=True))
-
     def __call__(self, groups: Iterable[str]) -> Iterator:  # of pyarrow.Table
         import pyarrow as pa
 
@@ -165,8 +157,8 @@ def _exact_table(tables: PlanTables, groups: list[str]):  # noqa: ANN202 - a pya
         counts.append(len(at))
         now = plan.previous.get(group)
         if now:
-            dst_tp = tables.dst_tp
-            previous += [now.get(dst_tp[i]) for i in at]
+            destinations = plan.position_destinations
+            previous += [now.get(destinations[i]) for i in at]
         else:
             previous += [None] * len(at)
     per_row = np.repeat(np.arange(len(groups)), counts)

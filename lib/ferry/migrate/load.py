@@ -206,19 +206,16 @@ def output_json(
 
 class _PositionTexts:
     """Per position (in `plan.position_order`), its JSON fields before and after the group's, as
-    Arrow strings, and its destination partition."""
+    Arrow strings."""
 
     def __init__(self, plan: Plan) -> None:
         table = plan.position_table
         if table is not None:  # matching's own columns: no value is read out of a dict
-            keys = ("dst_topic", "dst_partition")
-            self.dst_tp = list(zip(*(table.column(c).to_pylist() for c in keys), strict=True))
             arrays = {c: table.column(c) for c in table.column_names}
             before = json_fields_of_columns(arrays, _BEFORE_GROUP, table.num_rows)
             after = json_fields_of_columns(arrays, _AFTER_GROUP, table.num_rows)
         if table is None or before is None or after is None:
             rows = [plan.positions[p] for p in plan.position_order]
-            self.dst_tp = [(r["dst_topic"], r["dst_partition"]) for r in rows]
             before = json_fields_array(rows, _BEFORE_GROUP)
             after = json_fields_array(rows, _AFTER_GROUP)
         self.before, self.after = before, after
@@ -241,7 +238,8 @@ class _PositionTexts:
             counts.append(len(at))
             now = plan.previous.get(group)
             if now:
-                previous += [now.get(self.dst_tp[i]) for i in at]
+                destinations = plan.position_destinations
+                previous += [now.get(destinations[i]) for i in at]
             else:
                 previous += [None] * len(at)
         per_row = pa.array(np.repeat(np.arange(len(groups)), counts))

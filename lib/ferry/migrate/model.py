@@ -126,6 +126,17 @@ class Plan:
             return self.positions.index
         return {p: i for i, p in enumerate(self.position_order)}
 
+    @cached_property
+    def position_destinations(self) -> list[TopicPartitionKey]:
+        """Each position's destination partition, in `position_order`: read only for groups
+        already committed on the destination (a first run has none)."""
+        if isinstance(self.positions, PositionRows):
+            table = self.positions.table
+            columns = (table.column(c).to_pylist() for c in ("dst_topic", "dst_partition"))
+            return list(zip(*columns, strict=True))
+        rows = map(self.positions.__getitem__, self.position_order)
+        return [(r["dst_topic"], r["dst_partition"]) for r in rows]
+
     def exact_at(self, group: str) -> list[int]:
         """The indexes (into `position_order`) of the group's exactly matched partitions'
         positions, in partition order."""
