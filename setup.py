@@ -30,6 +30,8 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            # `make test` runs its files on 2 workers: most of a test waits on Kafka or a JVM
+            "pytest-xdist>=3.6",
             "chispa>=0.10",
             "ruff>=0.6",
             "nbclient>=0.10",

@@ -41,7 +41,9 @@ def _brokers_fixture(*names: str):
     with local_brokers(*names) as brokers:
         yield brokers
         if _failed:
-            keep_logs(brokers, ROOT / "var" / "test-logs")
+            # one folder per pytest-xdist worker: each starts clusters of the same names
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            keep_logs(brokers, ROOT / "var" / "test-logs" / worker)
 
 
 @pytest.fixture(scope="session")
