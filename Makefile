@@ -42,7 +42,9 @@ demo: install
 
 # Two workers, each a module at a time (module fixtures stay in one process), each with its own
 # clusters and Spark session: a test spends most of its time waiting on Kafka or a JVM, and
-# one process kept 2 cores about 45% busy (8.5 min on one, 6.8 min on two).
+# one process kept 2 cores about 45% busy (8.5 min on one, 6.8 min on two). test-slow and
+# test-faults run the same way; test-cluster stays on one (not tried: its YARN MiniCluster and
+# standalone master and worker are large JVMs of their own).
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
 	  -m 'not cluster and not faults and not slow'
@@ -63,7 +65,8 @@ test-slow: install
 	@test -x $(AIRFLOW_VENV)/bin/airflow || { $(PYTHON) -m venv $(AIRFLOW_VENV) && \
 	  $(AIRFLOW_VENV)/bin/pip install -q apache-airflow==$(AIRFLOW_VERSION); }
 	$(PY) -m ferry.testing.artifacts kafka-3.9
-	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and not cluster and not faults'
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+	  -m 'slow and not cluster and not faults'
 
 # A Spark standalone master and worker started from the installed PySpark, running a job
 # with the packaged environment (tests/integration/test_cluster.py), and a single-node YARN +
@@ -82,9 +85,10 @@ test-yarn: package
 	$(PY) -m ferry.testing.artifacts hadoop
 	$(PY) -m pytest -q -p no:cacheprovider -m yarn
 
-# Broker faults through a TCP proxy, and several spark-submit runs started at once (~4 min).
+# Broker faults through a TCP proxy, and several spark-submit runs started at once; two workers
+# as `make test` (most of a fault test waits out a timeout: 14.6 min on one, 8.5 on two).
 test-faults: install
-	$(PY) -m pytest -q -p no:cacheprovider -m faults
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m faults
 
 # The cheap benches first, then the large worlds (reconcile's `wide`: 24 -> 48 partitions of
 # 100,000 records). read_throughput fetches Spark's Kafka connector (spark.jars.packages).
