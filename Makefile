@@ -42,10 +42,10 @@ demo: install
 
 # Two workers, each a module at a time (module fixtures stay in one process), each with its own
 # clusters and Spark session: a test spends most of its time waiting on Kafka or a JVM, and
-# one process kept 2 cores about 45% busy (8.5 min on one, 6.8 min on two). test-faults runs
-# the same way. test-slow stays on one: on two it kept both cores busy (17 -> 11.7 min), and
-# MirrorMaker 2's timing under that load failed test_mm2_group_sync (an old MM2 task's log line
-# came after the consumer joined). test-cluster too (not tried: its YARN MiniCluster and
+# one process kept 2 cores about 45% busy (8.5 min on one, 6.8 min on two). The other suites
+# stay on one process: on two, test-slow kept both cores busy (17 -> 11.7 min) and MirrorMaker
+# 2's timing under that load failed test_mm2_group_sync (an old MM2 task's log line came after
+# the consumer joined); test-faults, below; test-cluster was not tried (its YARN MiniCluster and
 # standalone master and worker are large JVMs of their own).
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
@@ -86,10 +86,12 @@ test-yarn: package
 	$(PY) -m ferry.testing.artifacts hadoop
 	$(PY) -m pytest -q -p no:cacheprovider -m yarn
 
-# Broker faults through a TCP proxy, and several spark-submit runs started at once; two workers
-# as `make test` (most of a fault test waits out a timeout: 14.6 min on one, 8.5 on two).
+# Broker faults through a TCP proxy, and several spark-submit runs started at once (one
+# process: on two workers, 14.6 -> 8.5 min, three runs started together beside the other
+# worker's load found a group coordinator silent for 10 s, and that test failed on a fresh
+# clone).
 test-faults: install
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m faults
+	$(PY) -m pytest -q -p no:cacheprovider -m faults
 
 # The cheap benches first, then the large worlds (reconcile's `wide`: 24 -> 48 partitions of
 # 100,000 records). read_throughput fetches Spark's Kafka connector (spark.jars.packages).
