@@ -43,10 +43,8 @@ demo: install
 # Two workers, each a module at a time (module fixtures stay in one process), each with its own
 # clusters and Spark session: a test spends most of its time waiting on Kafka or a JVM, and
 # one process kept 2 cores about 45% busy (8.5 min on one, 6.8 min on two). The other suites
-# stay on one process: on two, test-slow kept both cores busy (17 -> 11.7 min) and MirrorMaker
-# 2's timing under that load failed test_mm2_group_sync (an old MM2 task's log line came after
-# the consumer joined); test-faults, below; test-cluster was not tried (its YARN MiniCluster and
-# standalone master and worker are large JVMs of their own).
+# stay on one process (each says why below; test-cluster was not tried: its YARN MiniCluster
+# and standalone master and worker are large JVMs of their own).
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
 	  -m 'not cluster and not faults and not slow'
@@ -54,7 +52,9 @@ test: install
 # Suites that start JVMs of their own beside the shared clusters and Spark session: TLS and
 # SASL clusters, a cluster whose log cleaner runs every second, a delta-spark driver, the real
 # kafka-consumer-groups, and the overview notebook run top to bottom (`make test` stays within
-# 10 minutes without them).
+# 10 minutes without them). One process: on two workers both cores stayed busy (17 -> 11.7 min)
+# and MirrorMaker 2's timing under that load failed test_mm2_group_sync (an old MM2 task's log
+# line came after the consumer joined).
 # Burrow (the oracle for lag-status, tests/integration/test_burrow.py) is Debian's package,
 # installed here when missing (as root), and watches a Kafka 3.9 cluster (Burrow 1.2.1 cannot
 # talk to Kafka 4), whose jars are fetched once like 4.3.1's.
