@@ -3,6 +3,8 @@ is closed, and which candidates count (no brokers)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ferry.config import FerryConfig
 from ferry.migrate import anchors, lookups, search, slices
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
@@ -127,7 +129,8 @@ def test_partitions_read_whole_are_the_small_and_the_densely_anchored():
     dense = -(-size // (2 * first_read))  # the fewest anchors whose first slices cover half
     bounds = {("small", 0): (0, search.SMALL_PARTITION), ("t", 0): (0, size), ("t", 1): (0, size)}
     positions = at(("small", 0), 1) + at(("t", 0), dense) + at(("t", 1), dense - 1)
-    assert search._read_whole(positions, bounds, K) == {("small", 0), ("t", 0)}
+    per_tp = Counter(p[:2] for p in positions)
+    assert search.partitions_read_whole(per_tp, bounds, K) == {("small", 0), ("t", 0)}
     # one step (no cache of the anchors) only when every anchor's partition is read whole
     context = dict.fromkeys(positions, K)
     assert not search.takes_one_step(context, bounds, K)

@@ -37,9 +37,11 @@ other groups happened to be in the same run.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -160,26 +162,34 @@ def search_destination(
     at the first step: they could not be decided early."""
     m = cfg.matching
     k = m.context
-    keys = sorted(context)
-    whole = _read_whole(keys, bounds, k)
-    large = [key for key in keys if key[:2] not in whole]
+    by_partition = _by_partition(context)
+    whole = partitions_read_whole({tp: len(ks) for tp, ks in by_partition.items()}, bounds, k)
+    large = [key for tp, ks in by_partition.items() if tp not in whole for key in ks]
     if large:
         progress(f"destination: looking up {len(large)} anchor timestamps")
     # The broker's answers, checked by the first read instead of a probe each (`verify_first`)
     at, unverified = first_positions(dst, large, bounds)
-    # A partition read whole is one slice, its positions' all: closed at once, it never changes
-    # (250,000 positions on 64 such partitions: a second making them one by one).
-    whole_slices = {tp: _first_slice(0, *bounds[tp], k, True) for tp in whole}
     slices = {key: _first_slice(pos, *bounds[key[:2]], k, False) for key, pos in at.items()}
-    if whole_slices:
-        slices.update((key, whole_slices[key[:2]]) for key in keys if key[:2] in whole)
+    # A partition read whole is one slice, its positions' all: closed at once, it never changes
+    # (250,000 positions on 64 such partitions: a second making them one by one). What is
+    # asked of a slice is asked once per slice, not once per position (`members`).
+    members: dict[int, list[tuple[str, int, int]]] = {id(s): [key] for key, s in slices.items()}
+    shared = {id(s): s for s in slices.values()}
+    for tp in whole:
+        s = _first_slice(0, *bounds[tp], k, True)
+        shared[id(s)], members[id(s)] = s, by_partition[tp]
+        slices.update(dict.fromkeys(by_partition[tp], s))
     book, read_tables = RangeBook(), []
     # A position that lands closer to the destination's log start than its anchors' context
     # reaches: the copy there has less context before it than the anchor, so it is never a
     # full match and the slice never decided; it would widen step after step to its window's
-    # edges. It is read there at the first step instead (when that is small).
-    cut_short = {key: s for key, s in slices.items()
-                 if s.is_open and s.position - s.log_start < context[key]}  # fmt: skip
+    # edges. It is read there at the first step instead (when that is small). A slice read
+    # whole is closed from the start.
+    cut_short = {
+        key: s
+        for key in at
+        if (s := slices[key]).is_open and s.position - s.log_start < context[key]
+    }
     if cut_short and (n := finish_leftovers(dst, cut_short, bounds, book, cfg)) is not None:
         progress(
             f"destination: {len(cut_short)} anchor positions within their context of the log "
@@ -189,19 +199,20 @@ def search_destination(
     offsets_read, step = 0, 0
     unanchored = True  # positions with no anchor ("none") are matched by the first job
     while step < MAX_STEPS and (
-        unanchored or any(s.is_open or not s.read_bounds for s in slices.values())
+        unanchored or any(s.is_open or not s.read_bounds for s in shared.values())
     ):
         step += 1
         wanted: dict[TopicPartitionKey, list[tuple[int, int]]] = defaultdict(list)
-        reading = {key: s for key, s in slices.items() if s.is_open or not s.read_bounds}
-        distinct = {id(s): (key[:2], s) for key, s in reading.items()}  # each shared one once
-        for tp, s in distinct.values():
+        reading_ids = [i for i, s in shared.items() if s.is_open or not s.read_bounds]
+        for i in reading_ids:
+            s = shared[i]
             s.read_bounds = s.bounds(k)
-            wanted[tp].append(s.read_bounds)
+            wanted[members[i][0][:2]].append(s.read_bounds)
         ranges = book.new_ranges(wanted)
         n = sum(r.end - r.start for r in ranges)
+        opened = sum(len(members[i]) for i in reading_ids)
         progress(
-            f"destination: step {step}, {len(reading)} of {len(slices)} anchor positions open, "
+            f"destination: step {step}, {opened} of {len(slices)} anchor positions open, "
             f"reading {len(ranges)} ranges ({n} offsets)"
         )
         read_table = None
@@ -220,18 +231,24 @@ def search_destination(
                     "record (transaction markers are newer than the records): looked up again"
                 )
             for key in wrong:  # a slice read around the wrong offset: read again next step
-                del reading[key]
                 slices[key].read_bounds = None
-        for s in {id(s): s for s in reading.values()}.values():
-            s.close_at_edges(k)
-        still_open = {key: s for key, s in reading.items() if s.is_open}
+            wrong_ids = {id(slices[key]) for key in wrong}
+            reading_ids = [i for i in reading_ids if i not in wrong_ids]
+        for i in reading_ids:
+            shared[i].close_at_edges(k)
+        reading = {key: shared[i] for i in reading_ids for key in members[i]}
+        still_open = {
+            key: shared[i] for i in reading_ids if shared[i].is_open for key in members[i]
+        }
         if len(read_tables) > 1:
             read_tables = [pa.concat_tables(read_tables)]
         # every record read so far, per partition: the candidates' context and the judging
         records = anchors.records_by_partition(read_tables[0]) if read_tables else {}
         session = session_of(spark)
-        located = _candidates(session, records, book, anchor_prints, reading)
-        step_df = step_query(session, inputs(), located, reading, unanchored, cfg)
+        partitions = {members[i][0][:2] for i in reading_ids}
+        located = _candidates(session, records, book, anchor_prints, partitions)
+        is_everything = unanchored and all(shared[i].is_whole for i in reading_ids)
+        step_df = step_query(session, inputs(), located, reading, unanchored, is_everything, cfg)
         unanchored = False
         # The step's rows as Arrow: each row's slice key and is_full_match are read column-wise,
         # and only when some slice is still open (250,000 positions decided at once: a key
@@ -279,12 +296,12 @@ def _candidates(
     records: Mapping[TopicPartitionKey, PartitionRecords],
     book: RangeBook,
     anchor_prints,  # noqa: ANN001 - numpy
-    reading: Mapping[tuple[str, int, int], AnchorSlice],
+    partitions: set[TopicPartitionKey],
 ) -> Located:
     """The records of the slices' partitions that share an anchor's fingerprint (the possible
     candidates), located within the intervals read so far, with their timestamps and hashes
     (`records`: every destination record read so far, per partition)."""
-    wanted = with_fingerprint_in(records, anchor_prints, {(t, p) for t, p, _ in reading})
+    wanted = with_fingerprint_in(records, anchor_prints, partitions)
     return located_records(spark, records, book.read, wanted)
 
 
@@ -294,17 +311,19 @@ def step_query(
     located: Located,
     reading: Mapping[tuple[str, int, int], AnchorSlice],
     unanchored: bool,
+    is_everything: bool,
     cfg: FerryConfig,
 ) -> DataFrame:
     """A step's one query (`match_in_slices`): the anchors of the slices read in it
     (`reading`, and with `unanchored` the positions with no anchor) matched inside their
     slices, among `located`'s possible candidates. Whether a slice is decided is judged on
-    the driver afterwards (`judge_slices`)."""
+    the driver afterwards (`judge_slices`).
+
+    `is_everything`: the first step of a search that reads every anchor's partition whole,
+    which takes every position, and a candidate anywhere in what was read is in its anchor's
+    slice: no slice is joined (a local relation, two joins and a condition less to plan and
+    run)."""
     m = cfg.matching
-    # The first step of a search that reads every anchor's partition whole takes every
-    # position, and a candidate anywhere in what was read is in its anchor's slice: no slice
-    # is joined (a local relation, two joins and a condition less to plan and run).
-    is_everything = unanchored and all(s.is_whole for s in reading.values())
     anchors_df = inputs.anchors_df
     return match_in_slices(
         anchors_df if is_everything else _only(spark, anchors_df, reading, unanchored),
@@ -337,24 +356,32 @@ def takes_one_step(
 ) -> bool:
     """Whether the search surely ends after its first step: every anchor position's partition
     is read whole at once, so nothing is left open after it."""
-    keys = list(context)
-    return len(_read_whole(keys, bounds, k)) == len({key[:2] for key in keys})
+    per_tp = Counter(map(_PARTITION, context))
+    return len(partitions_read_whole(per_tp, bounds, k)) == len(per_tp)
 
 
-def _read_whole(
-    keys: Sequence[tuple[str, int, int]],
+_PARTITION = itemgetter(0, 1)  # an anchor position's destination partition
+
+
+def _by_partition(
+    context: Mapping[tuple[str, int, int], int],
+) -> dict[TopicPartitionKey, list[tuple[str, int, int]]]:
+    """The anchor positions of each destination partition, in order."""
+    return {tp: list(keys) for tp, keys in groupby(sorted(context), key=_PARTITION)}
+
+
+def partitions_read_whole(
+    per_tp: Mapping[TopicPartitionKey, int],
     bounds: Mapping[TopicPartitionKey, tuple[int, int]],
     k: int,
 ) -> set[TopicPartitionKey]:
-    """Destination partitions read whole at once, with no lookup and no search: those no
-    larger than a few steps would read, and those whose anchor positions are so many that
-    their first slices alone would cover half of it. A lookup costs a request and a read per
-    anchor (a cutover's 200 groups on a 20,000-record partition spent a minute in them) and
-    deciding overlapping slices costs more than the records they hold."""
+    """Destination partitions read whole at once, with no lookup and no search, given how
+    many anchor positions each has (`per_tp`): those no larger than a few steps would read,
+    and those whose anchor positions are so many that their first slices alone would cover
+    half of it. A lookup costs a request and a read per anchor (a cutover's 200 groups on a
+    20,000-record partition spent a minute in them) and deciding overlapping slices costs
+    more than the records they hold."""
     first_read = 2 * (k + 1) + FIRST_RADIUS
-    per_tp: dict[TopicPartitionKey, int] = defaultdict(int)
-    for t, p, _ in keys:
-        per_tp[(t, p)] += 1
     out = set()
     for tp, n in per_tp.items():
         size = bounds[tp][1] - bounds[tp][0]
