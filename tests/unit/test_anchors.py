@@ -6,6 +6,7 @@ import pyarrow as pa
 
 from ferry.migrate import anchors
 from ferry.migrate.anchors import Anchor
+from ferry.migrate.model import offsets_by_partition
 
 
 def read(rows):
@@ -49,6 +50,30 @@ def test_partitions_are_kept_apart_and_an_unread_partition_has_no_anchor():
     assert got[("t", 1, 6)] == Anchor("last", 1, 10, 0)
     assert got[("u", 0, 6)] == Anchor("next", 7, 70, 0)
     assert got[("u", 1, 6)] == anchors.NO_ANCHOR
+
+
+def test_the_search_looks_where_anchors_land_with_the_least_context_they_need():
+    """One key per destination partition and anchor timestamp; its context before is the
+    least of its anchors' records read before them, at most k. Two source topics renamed
+    to one destination topic share its keys; a position with no anchor has none."""
+    rows = [("a", 0, o, 1000 + o // 2) for o in range(10)] + [("b", 0, 4, 1002)]
+    positions = [("a", 0, c) for c in (1, 3, 5, 8, 9)] + [("b", 0, 9), ("c", 0, 1)]
+    records = read(rows)
+    found = {
+        tp: anchors.nearest_in(committed, records.get(tp))
+        for tp, committed in offsets_by_partition(positions).items()
+    }
+    assert found[("c", 0)].kinds.tolist() == [anchors.NONE]
+    renamed = {"a": "d", "b": "d", "c": "e"}
+    # a's anchors: offsets 0 (ts 1000, 0 before), 2 (1001, 2), 4 (1002, 4), 7 (1003, 7), 8
+    # (1004, 8); b's: offset 4 (1002, 0 before)
+    assert anchors.search_positions(found, renamed, k=5) == {
+        ("d", 0, 1000): 0,
+        ("d", 0, 1001): 2,
+        ("d", 0, 1002): 0,
+        ("d", 0, 1003): 5,
+        ("d", 0, 1004): 5,
+    }
 
 
 def test_nothing_read_gives_no_anchors():

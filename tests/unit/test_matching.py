@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 from ferry import hashing
 from ferry.migrate import anchors, extract, matching
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
-from ferry.migrate.plan import anchored_df
+from ferry.migrate.model import offsets_by_partition
+from ferry.migrate.plan import anchored_df, anchored_table
 
 T0 = 1_700_000_000_000
 RECORD_SCHEMA = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
@@ -60,12 +61,17 @@ def source_prints(spark, src_df):
 
 def anchors_of(spark, positions, src_df):
     """The anchors of `positions` (POSITIONS_SCHEMA tuples) among `src_df`'s records, as
-    migrate finds them: chosen, located and hashed on the driver (`anchors.nearest_records`,
-    `plan.anchored_df`)."""
+    migrate finds them: chosen, located and hashed on the driver (`anchors.nearest_in`,
+    `plan.anchored_table`, `plan.anchored_df`)."""
     by_tp, segments = on_driver(src_df)
-    nearest = anchors.nearest_records([(t, p, c) for t, p, c, *_ in positions], by_tp)
-    rows = [(*row, *nearest[row[:3]][:3]) for row in positions]
-    return anchored_df(spark, rows, by_tp, segments)
+    renamed = {row[0]: row[3] for row in positions}
+    bounds = {(row[0], row[1]): (row[5], row[6]) for row in positions}
+    found = {
+        tp: anchors.nearest_in(committed, by_tp.get(tp))
+        for tp, committed in offsets_by_partition([row[:3] for row in positions]).items()
+    }
+    table, at = anchored_table(found, renamed, bounds)
+    return anchored_df(spark, table, at, by_tp, segments)
 
 
 def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, dst_last=None):
@@ -308,8 +314,7 @@ def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spa
     )
     bounds_df = spark.createDataFrame([("dst", 0, 0, 1000, T0 + 10**9)], DST_BOUNDS_SCHEMA)
     out = {
-        r.committed_offset: r
-        for r in matching.resolve(candidates_df, bounds_df, 60_000).collect()
+        r.committed_offset: r for r in matching.resolve(candidates_df, bounds_df, 60_000).collect()
     }
     assert (out[10].status, out[10].destination_offset, out[10].candidate_count) == (
         "MATCHED", 108, 3,

@@ -27,7 +27,7 @@ Pure: numpy and pyarrow, no Spark, no Kafka client.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ferry.keys import TopicPartitionKey
 from ferry.migrate.anchors import PartitionRecords
@@ -61,39 +61,52 @@ def locate(
     return i, first, last
 
 
-def locate_each(
-    records: Mapping[TopicPartitionKey, PartitionRecords],
-    segments: Mapping[TopicPartitionKey, Sequence[tuple[int, int]]],
-    keys: Sequence[tuple[TopicPartitionKey, int | None]],
-):  # noqa: ANN201 - pyarrow imported lazily
-    """`locate` for each (partition, offset read) of `keys`, in their order: three Arrow
-    int32 arrays (at, first, last), null where the offset is None (no record)."""
-    import numpy as np
-    import pyarrow as pa
+class RecordsAt(NamedTuple):
+    """Records asked for in a caller's order of `n` rows: per partition, the rows that name a
+    record (numpy int64, ascending) and the offsets read at them; a row in no partition names
+    none (an anchor of kind "none"). Built per partition by the caller (`records_at` from a
+    list of keys): 250,000 (partition, offset) tuples grouped again for each of three uses
+    took a second of the driver's Python."""
 
-    n = len(keys)
-    out = [np.zeros(n, np.int64) for _ in range(3)]
-    is_none = np.fromiter((offset is None for _, offset in keys), dtype=bool, count=n)
-    for tp, (rows, at) in _by_partition(keys).items():
-        for column, values in zip(out, locate(records[tp], segments[tp], at), strict=True):
-            column[rows] = values
-    return tuple(pa.array(c, pa.int32(), mask=is_none) for c in out)
+    n: int
+    parts: dict[TopicPartitionKey, tuple[Any, Any]]
 
 
-def _by_partition(keys: Sequence[tuple[TopicPartitionKey, int | None]]):  # noqa: ANN202 - numpy
-    """Per partition of `keys` (partition, offset or None), the rows whose offset is given and
-    those offsets: two numpy int64 arrays."""
+def records_at(keys: Sequence[tuple[TopicPartitionKey, int | None]]) -> RecordsAt:
+    """`RecordsAt` of (partition, offset or None) keys, in their order."""
     import numpy as np
 
     rows: dict[TopicPartitionKey, list[int]] = {}
     for row, (tp, offset) in enumerate(keys):
         if offset is not None:
             rows.setdefault(tp, []).append(row)
-    return {
-        tp: (np.asarray(members, dtype=np.int64),
-             np.fromiter((keys[r][1] for r in members), dtype=np.int64, count=len(members)))
-        for tp, members in rows.items()
-    }  # fmt: skip
+    return RecordsAt(
+        len(keys),
+        {
+            tp: (np.asarray(members, dtype=np.int64),
+                 np.fromiter((keys[r][1] for r in members), dtype=np.int64, count=len(members)))
+            for tp, members in rows.items()
+        },
+    )  # fmt: skip
+
+
+def locate_each(
+    records: Mapping[TopicPartitionKey, PartitionRecords],
+    segments: Mapping[TopicPartitionKey, Sequence[tuple[int, int]]],
+    at: RecordsAt,
+):  # noqa: ANN201 - pyarrow imported lazily
+    """`locate` for each row of `at`, in its order: three Arrow int32 arrays (at, first,
+    last), null where a row names no record."""
+    import numpy as np
+    import pyarrow as pa
+
+    out = [np.zeros(at.n, np.int64) for _ in range(3)]
+    is_none = np.ones(at.n, dtype=bool)
+    for tp, (rows, offsets) in at.parts.items():
+        is_none[rows] = False
+        for column, values in zip(out, locate(records[tp], segments[tp], offsets), strict=True):
+            column[rows] = values
+    return tuple(pa.array(c, pa.int32(), mask=is_none) for c in out)
 
 
 def index_table(
@@ -151,40 +164,34 @@ def fingerprint_table(
     )
 
 
-def fingerprints_at(
-    records: Mapping[TopicPartitionKey, PartitionRecords],
-    keys: Sequence[tuple[TopicPartitionKey, int]],
-):  # noqa: ANN201 - numpy imported lazily
-    """The fingerprints of these records (partition, offset read), in their order, as a numpy
-    array: one sorted search per partition (one a record cost 0.6 s for 250,000 anchors)."""
+def fingerprints_at(records: Mapping[TopicPartitionKey, PartitionRecords], at: RecordsAt):  # noqa: ANN201 - numpy imported lazily
+    """The fingerprints of the records `at` names, in its order (rows naming none: 0), as a
+    numpy array: one sorted search per partition (one a record cost 0.6 s for 250,000
+    anchors)."""
     import numpy as np
 
-    out = np.empty(len(keys), dtype=np.int64)
-    for tp, (rows, at) in _by_partition(keys).items():
+    out = np.zeros(at.n, dtype=np.int64)
+    for tp, (rows, offsets) in at.parts.items():
         part = records[tp]
-        out[rows] = part.fingerprints[np.searchsorted(part.offsets, at)]
+        out[rows] = part.fingerprints[np.searchsorted(part.offsets, offsets)]
     return out
 
 
-def hashes_at(
-    records: Mapping[TopicPartitionKey, PartitionRecords],
-    keys: Sequence[tuple[TopicPartitionKey, int | None]],
-):  # noqa: ANN201 - pyarrow imported lazily
-    """The SHA-256 of each (partition, offset read) of `keys`, in their order, null where the
-    offset is None: an Arrow binary array, from the hashes the read brought
-    (`PartitionRecords.hashes`)."""
+def hashes_at(records: Mapping[TopicPartitionKey, PartitionRecords], at: RecordsAt):  # noqa: ANN201 - pyarrow imported lazily
+    """The SHA-256 of each record `at` names, in its order, null for a row naming none: an
+    Arrow binary array, from the hashes the read brought (`PartitionRecords.hashes`)."""
     import numpy as np
     import pyarrow as pa
 
     parts, order = [], []
-    for tp, (rows, at) in _by_partition(keys).items():
+    for tp, (rows, offsets) in at.parts.items():
         part = records[tp]
-        i = np.minimum(np.searchsorted(part.offsets, at), len(part.offsets) - 1)
-        if part.hashes is None or np.any(part.offsets[i] != at):
+        i = np.minimum(np.searchsorted(part.offsets, offsets), len(part.offsets) - 1)
+        if part.hashes is None or np.any(part.offsets[i] != offsets):
             raise ValueError("hash asked of a record that was not read, or read without it")
         parts.append(part.hashes.take(pa.array(i)))
         order.append(rows)
-    where = np.full(len(keys), -1, dtype=np.int64)  # each row's place among the parts
+    where = np.full(at.n, -1, dtype=np.int64)  # each row's place among the parts
     if order:
         where[np.concatenate(order)] = np.arange(sum(len(o) for o in order))
     taken = pa.concat_arrays(parts) if parts else pa.array([], pa.binary())

@@ -8,7 +8,7 @@ groups × partitions except the Python loop that derives the positions from disc
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -25,7 +25,13 @@ from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
 from ferry.migrate import anchors, matching, search
-from ferry.migrate.context import fingerprints_at, hashes_at, locate_each, with_fingerprint_in
+from ferry.migrate.context import (
+    RecordsAt,
+    fingerprints_at,
+    hashes_at,
+    locate_each,
+    with_fingerprint_in,
+)
 from ferry.migrate.discover import Discovery, discover, exact_partitions
 from ferry.migrate.extract import (
     DST_BOUNDS_SCHEMA,
@@ -37,7 +43,7 @@ from ferry.migrate.extract import (
     read_hashed,
     window_offsets,
 )
-from ferry.migrate.model import Plan, Position, PositionRows, row_order
+from ferry.migrate.model import Plan, Position, PositionRows, offsets_by_partition, row_order
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
 from ferry.session import (
@@ -46,7 +52,6 @@ from ferry.session import (
     cache_in_background,
     in_background,
     local_df,
-    local_table,
     session_of,
 )
 from ferry.status import GroupStatus, PartitionStatus
@@ -90,21 +95,67 @@ ANCHORS_SCHEMA = StructType(
 
 def anchored_df(
     spark: SparkSession,
-    rows: list[tuple],
+    table: pa.Table,
+    at: RecordsAt,
     records: dict[TopicPartitionKey, anchors.PartitionRecords],
     segments: dict[TopicPartitionKey, list[tuple[int, int]]],
 ) -> DataFrame:
-    """Positions with their anchors (`ANCHORED_SCHEMA` rows), each anchor's hash and where it
-    is among the source records read (`anchors.records_by_partition`, the intervals read),
-    all taken on the driver, as a DataFrame (`ANCHORS_SCHEMA`)."""
-    keys = [((r[0], r[1]), r[8] if r[7] != "none" else None) for r in rows]
-    table = local_table(rows, ANCHORED_SCHEMA).append_column(
-        "anchor_sha256", hashes_at(records, keys)
-    )
+    """Positions with their anchors (`table`, `ANCHORED_SCHEMA` as Arrow; `at`: each row's
+    anchor record), each anchor's hash and where it is among the source records read
+    (`anchors.records_by_partition`, the intervals read), all taken on the driver, as a
+    DataFrame (`ANCHORS_SCHEMA`)."""
+    table = table.append_column("anchor_sha256", hashes_at(records, at))
     for name, column in zip(("src_at", "src_first", "src_last"),
-                            locate_each(records, segments, keys), strict=True):  # fmt: skip
+                            locate_each(records, segments, at), strict=True):  # fmt: skip
         table = table.append_column(name, column)
     return arrow_df(spark, table, ANCHORS_SCHEMA)
+
+
+def anchored_table(
+    found: dict[TopicPartitionKey, anchors.PartitionAnchors],
+    renamed: dict[str, str],
+    source_bounds: Mapping[TopicPartitionKey, tuple[int, int]],
+) -> tuple[pa.Table, RecordsAt]:
+    """The positions with their anchors (`found`, per source partition), as Arrow
+    (`ANCHORED_SCHEMA`), and each row's anchor record: built column-wise, a partition at a
+    time."""
+    import numpy as np
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(ANCHORED_SCHEMA)
+    columns: dict[str, list] = {name: [] for name in schema.names}
+    parts: dict[TopicPartitionKey, tuple] = {}
+    row = 0
+    for (topic, partition), a in found.items():
+        n = len(a.committed)
+        start, end = source_bounds[(topic, partition)]
+        repeated = {
+            "src_topic": topic,
+            "src_partition": partition,
+            "dst_topic": renamed[topic],
+            "dst_partition": partition,
+            "src_log_start_offset": start,
+            "src_log_end_offset": end,
+        }
+        for name, value in repeated.items():
+            columns[name].append(pa.repeat(pa.scalar(value, schema.field(name).type), n))
+        has = a.kinds != anchors.NONE
+        columns["committed_offset"].append(pa.array(a.committed, pa.int64()))
+        columns["anchor_kind"].append(
+            pa.DictionaryArray.from_arrays(pa.array(a.kinds), anchors.ANCHOR_KINDS).cast(
+                pa.string()
+            )
+        )
+        columns["anchor_offset"].append(pa.array(a.offsets, pa.int64(), mask=~has))
+        columns["anchor_timestamp_ms"].append(pa.array(a.timestamps, pa.int64(), mask=~has))
+        if has.any():
+            parts[(topic, partition)] = (row + np.flatnonzero(has), a.offsets[has])
+        row += n
+    arrays = [
+        pa.concat_arrays(columns[f.name]) if columns[f.name] else pa.array([], f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema), RecordsAt(row, parts)
 
 
 def build_plan(
@@ -171,23 +222,13 @@ def match_positions(
     k = cfg.matching.context
     progress(f"matching {len(wanted)} distinct committed positions")
     read, src_segments = extract_source_records(spark, src, wanted, disc, cfg, progress)
-    nearest = anchors.nearest_records(wanted, read)
-    rows = []
-    # where the destination search looks: each anchor's destination partition and timestamp,
-    # with the context before it that its anchors need matched (the least of theirs)
-    context: dict[tuple[str, int, int], int] = {}
-    anchor_records: list[tuple[TopicPartitionKey, int]] = []  # (partition, offset) of each
     renamed = {t: cfg.topics.destination_topic(t) for t in {t for t, _, _ in wanted}}
-    for position in wanted:
-        topic, partition, offset = position
-        start, end = disc.source_bounds[(topic, partition)]
-        dst_topic = renamed[topic]
-        anchor = nearest[position]
-        rows.append((topic, partition, offset, dst_topic, partition, start, end, *anchor[:3]))
-        if anchor.kind != "none":
-            key = (dst_topic, partition, anchor.timestamp_ms)
-            context[key] = min(context.get(key, k), anchor.records_before)
-            anchor_records.append(((topic, partition), anchor.offset))
+    found = {
+        tp: anchors.nearest_in(committed, read.get(tp))
+        for tp, committed in offsets_by_partition(wanted).items()
+    }
+    table, anchor_records = anchored_table(found, renamed, disc.source_bounds)
+    context = anchors.search_positions(found, renamed, k)
     # the destination records that may be candidates share an anchor's fingerprint
     anchor_prints = fingerprints_at(read, anchor_records)
     slice_keys = sorted(context)
@@ -204,10 +245,11 @@ def match_positions(
         "ferry-inputs",
         _match_inputs,
         spark,
-        rows,
+        table,
+        anchor_records,
         read,
         src_segments,
-        {tp for tp, _ in anchor_records},
+        set(anchor_records.parts),
         [(t, p, s, e, last_ts.get((t, p))) for (t, p), (s, e) in dst_bounds.items()],
         not is_one_query,
     )
@@ -240,7 +282,8 @@ def match_positions(
 
 def _match_inputs(
     spark: SparkOrLater,
-    rows: list[tuple],
+    table: pa.Table,
+    at: RecordsAt,
     read: dict[TopicPartitionKey, anchors.PartitionRecords],
     segments: dict[TopicPartitionKey, list[tuple[int, int]]],
     src_partitions: set[TopicPartitionKey],
@@ -254,7 +297,7 @@ def _match_inputs(
     their context is cut from, and the destination's bounds (`DST_BOUNDS_SCHEMA` rows).
     `spark` may still be starting: this waits for it."""
     spark = session_of(spark)
-    anchors_df = anchored_df(spark, rows, read, segments).repartition(
+    anchors_df = anchored_df(spark, table, at, read, segments).repartition(
         int(spark.conf.get("spark.sql.shuffle.partitions")), *matching.ANCHOR_KEYS
     )
     return matching.MatchInputs(
