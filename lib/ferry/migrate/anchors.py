@@ -103,7 +103,8 @@ def nearest_in(committed: Sequence[int], records: PartitionRecords | None) -> Pa
     n = len(committed)
     if records is None or not len(records.offsets):
         kinds = np.full(n, NONE, dtype=np.int8)
-        return PartitionAnchors(committed, kinds, np.full(n, -1), np.full(n, -1), np.zeros(n))
+        none = np.full(n, -1, dtype=np.int64)
+        return PartitionAnchors(committed, kinds, none, none, np.zeros(n, dtype=np.int64))
     offsets, stamps = records.offsets, records.timestamps
     at = np.searchsorted(offsets, committed.astype(offsets.dtype), side="left")
     is_last = at > 0  # a record read before C: the last of them
