@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pyarrow as pa
 
 from ferry.migrate import anchors
-from ferry.migrate.anchors import Anchor
 from ferry.migrate.model import offsets_by_partition
+
+
+class Anchor(NamedTuple):
+    kind: str  # "last", "next" or "none"
+    offset: int | None
+    timestamp_ms: int | None
+    records_before: int = 0
+
+
+NO_ANCHOR = Anchor("none", None, None)
+
+
+def nearest_records(positions, records):
+    """Each position's anchor (`anchors.nearest_in`, per partition) as one tuple."""
+    out = {}
+    for (t, p), committed in offsets_by_partition(positions).items():
+        found = anchors.nearest_in(committed, records.get((t, p)))
+        columns = (found.kinds, found.offsets, found.timestamps, found.records_before)
+        for c, kind, *anchor in zip(committed, *(a.tolist() for a in columns), strict=True):
+            is_none = kind == anchors.NONE
+            out[(t, p, c)] = NO_ANCHOR if is_none else Anchor(anchors.ANCHOR_KINDS[kind], *anchor)
+    return out
 
 
 def read(rows):
@@ -29,7 +52,7 @@ def _table(rows):
 def test_the_nearest_record_read_before_the_offset_across_gaps():
     # compaction left gaps: the anchor is the nearest record before C, never C - 1
     rows = [("t", 0, o, 1000 + o) for o in (12, 3, 9, 4, 8, 5)]  # shuffled, as reads append
-    got = anchors.nearest_records([("t", 0, c) for c in (2, 3, 4, 7, 8, 9, 12, 13)], read(rows))
+    got = nearest_records([("t", 0, c) for c in (2, 3, 4, 7, 8, 9, 12, 13)], read(rows))
     assert {c: (a.kind, a.offset) for (_, _, c), a in got.items()} == {
         2: ("next", 3),
         3: ("next", 3),
@@ -45,11 +68,11 @@ def test_the_nearest_record_read_before_the_offset_across_gaps():
 
 def test_partitions_are_kept_apart_and_an_unread_partition_has_no_anchor():
     rows = [("t", 0, 5, 50), ("t", 1, 1, 10), ("u", 0, 7, 70)]
-    got = anchors.nearest_records([("t", 0, 6), ("t", 1, 6), ("u", 0, 6), ("u", 1, 6)], read(rows))
+    got = nearest_records([("t", 0, 6), ("t", 1, 6), ("u", 0, 6), ("u", 1, 6)], read(rows))
     assert got[("t", 0, 6)] == Anchor("last", 5, 50, 0)
     assert got[("t", 1, 6)] == Anchor("last", 1, 10, 0)
     assert got[("u", 0, 6)] == Anchor("next", 7, 70, 0)
-    assert got[("u", 1, 6)] == anchors.NO_ANCHOR
+    assert got[("u", 1, 6)] == NO_ANCHOR
 
 
 def test_the_search_looks_where_anchors_land_with_the_least_context_they_need():
@@ -77,7 +100,7 @@ def test_the_search_looks_where_anchors_land_with_the_least_context_they_need():
 
 
 def test_nothing_read_gives_no_anchors():
-    assert anchors.nearest_records([("t", 0, 1)], read([])) == {("t", 0, 1): anchors.NO_ANCHOR}
+    assert nearest_records([("t", 0, 1)], read([])) == {("t", 0, 1): NO_ANCHOR}
 
 
 def test_the_distinct_positions_of_all_groups_sorted_as_tuples():

@@ -17,6 +17,21 @@ from ferry.migrate.anchors import PartitionRecords
 TP = ("t", 0)
 
 
+def records_at(keys) -> context.RecordsAt:
+    """`RecordsAt` of (partition, offset or None) keys, in their order."""
+    rows: dict = {}
+    for row, (tp, offset) in enumerate(keys):
+        if offset is not None:
+            rows.setdefault(tp, []).append(row)
+    return context.RecordsAt(
+        len(keys),
+        {
+            tp: (np.asarray(members, np.int64), np.asarray([keys[r][1] for r in members], np.int64))
+            for tp, members in rows.items()
+        },
+    )
+
+
 def part(offsets: list[int]) -> PartitionRecords:
     """A partition read at these offsets; each record's fingerprint is its offset + 1000."""
     o = np.asarray(offsets, dtype=np.int64)
@@ -49,7 +64,7 @@ def test_locate_each_keeps_the_keys_order_and_gives_none_nulls():
     records = {TP: part([0, 1, 2]), ("u", 1): part([7, 8])}
     keys = [(("u", 1), 8), (TP, 0), (TP, None), (TP, 2)]
     at, first, last = context.locate_each(
-        records, {TP: [(0, 3)], ("u", 1): [(7, 9)]}, context.records_at(keys)
+        records, {TP: [(0, 3)], ("u", 1): [(7, 9)]}, records_at(keys)
     )
     assert at.to_pylist() == [1, 0, None, 2]
     assert first.to_pylist() == [0, 0, None, 0] and last.to_pylist() == [1, 2, None, 2]
@@ -94,9 +109,9 @@ def test_a_fingerprint_is_the_hashs_first_8_bytes_big_endian_signed():
 def test_fingerprints_at_keeps_the_order_asked_across_partitions():
     records = {("t", 0): part([0, 1, 2, 5]), ("t", 1): part([3, 4, 7])}
     keys = [(("t", 1), 7), (("t", 0), 5), (("t", 1), 3), (("t", 0), 0), (("t", 0), 5)]
-    prints = context.fingerprints_at(records, context.records_at(keys))
+    prints = context.fingerprints_at(records, records_at(keys))
     assert prints.tolist() == [1007, 1005, 1003, 1000, 1005]
-    assert context.fingerprints_at(records, context.records_at([])).tolist() == []
+    assert context.fingerprints_at(records, records_at([])).tolist() == []
 
 
 def test_hashes_at_picks_each_records_hash_in_the_order_asked():
@@ -113,11 +128,11 @@ def test_hashes_at_picks_each_records_hash_in_the_order_asked():
     )
     records = anchors.records_by_partition(read)  # sorted per partition, hashes sliced along
     keys = [(("u", 0), 5), (("t", 0), 3), (("t", 0), None), (("t", 0), 7), (("t", 0), 4)]
-    hashes = context.hashes_at(records, context.records_at(keys))
+    hashes = context.hashes_at(records, records_at(keys))
     assert hashes.to_pylist() == [b"u5", b"h3", None, b"h7", b"h4"]
-    assert context.hashes_at(records, context.records_at([(("t", 0), None)])).to_pylist() == [None]
+    assert context.hashes_at(records, records_at([(("t", 0), None)])).to_pylist() == [None]
     with pytest.raises(ValueError, match="not read"):
-        context.hashes_at(records, context.records_at([(("t", 0), 6)]))
+        context.hashes_at(records, records_at([(("t", 0), 6)]))
     unhashed = anchors.records_by_partition(read.drop_columns(["sha256"]))
     with pytest.raises(ValueError, match="not read"):
-        context.hashes_at(unhashed, context.records_at([(("t", 0), 3)]))
+        context.hashes_at(unhashed, records_at([(("t", 0), 3)]))

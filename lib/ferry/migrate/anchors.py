@@ -17,11 +17,10 @@ Pure: numpy and pyarrow, no Spark, no Kafka client.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ferry.keys import TopicPartitionKey
-from ferry.migrate.model import Position, offsets_by_partition
 
 
 class PartitionRecords(NamedTuple):
@@ -31,16 +30,6 @@ class PartitionRecords(NamedTuple):
     timestamps: Any
     fingerprints: Any = None  # when the read brought them (`ferry.hashing.fingerprints`)
     hashes: Any = None  # the records' SHA-256s (Arrow), when the read brought them
-
-
-class Anchor(NamedTuple):
-    kind: str  # "last", "next" or "none"
-    offset: int | None
-    timestamp_ms: int | None
-    records_before: int = 0  # records read before the anchor in its partition
-
-
-NO_ANCHOR = Anchor("none", None, None)
 
 
 def records_by_partition(read) -> dict[TopicPartitionKey, PartitionRecords]:  # noqa: ANN001
@@ -76,27 +65,26 @@ def records_by_partition(read) -> dict[TopicPartitionKey, PartitionRecords]:  # 
     }
 
 
-# `PartitionAnchors.kinds`: a code for each of `Anchor.kind`'s values
+# `PartitionAnchors.kinds`: a code for each kind of anchor
 ANCHOR_KINDS = ("last", "next", "none")
 LAST, NEXT, NONE = range(len(ANCHOR_KINDS))
 
 
 class PartitionAnchors(NamedTuple):
     """The anchors of one partition's positions (`nearest_in`), in the positions' order, as
-    numpy arrays: what `Anchor` holds for each, column-wise (no anchor: offset and timestamp
-    -1)."""
+    numpy arrays (no anchor: offset and timestamp -1, no record before)."""
 
     committed: Any  # the positions' committed offsets
     kinds: Any  # int8 codes of `ANCHOR_KINDS`
-    offsets: Any
-    timestamps: Any
-    records_before: Any
+    offsets: Any  # the anchor record's offset
+    timestamps: Any  # and its timestamp
+    records_before: Any  # records read before the anchor in its partition
 
 
 def nearest_in(committed: Sequence[int], records: PartitionRecords | None) -> PartitionAnchors:
     """The anchors of one partition's committed offsets among its records read (`records`:
-    None or empty when none was read). Column-wise: 250,000 positions as `Anchor`s, one at a
-    time, took half a second of the driver's Python."""
+    None or empty when none was read). Column-wise: 250,000 positions' anchors made one at a
+    time took half a second of the driver's Python."""
     import numpy as np
 
     committed = np.asarray(committed, dtype=np.int64)
@@ -119,18 +107,6 @@ def nearest_in(committed: Sequence[int], records: PartitionRecords | None) -> Pa
         np.where(has, stamps[i], -1).astype(np.int64),
         np.where(is_last, at - 1, 0).astype(np.int64),
     )
-
-
-def nearest_records(positions: Iterable[Position], records: Mapping) -> dict[Position, Anchor]:
-    """Each position's `Anchor` among the records read (`records`: per partition, the offsets
-    read in order and their timestamps, `records_by_partition`): `nearest_in`, as a mapping."""
-    out: dict[Position, Anchor] = {}
-    for (t, p), committed in offsets_by_partition(positions).items():
-        found = nearest_in(committed, records.get((t, p)))
-        columns = (found.kinds, found.offsets, found.timestamps, found.records_before)
-        for c, kind, *anchor in zip(committed, *(a.tolist() for a in columns), strict=True):
-            out[(t, p, c)] = NO_ANCHOR if kind == NONE else Anchor(ANCHOR_KINDS[kind], *anchor)
-    return out
 
 
 def search_positions(

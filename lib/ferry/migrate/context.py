@@ -64,30 +64,12 @@ def locate(
 class RecordsAt(NamedTuple):
     """Records asked for in a caller's order of `n` rows: per partition, the rows that name a
     record (numpy int64, ascending) and the offsets read at them; a row in no partition names
-    none (an anchor of kind "none"). Built per partition by the caller (`records_at` from a
-    list of keys): 250,000 (partition, offset) tuples grouped again for each of three uses
-    took a second of the driver's Python."""
+    none (an anchor of kind "none"). Built per partition by the caller
+    (`ferry.migrate.plan.anchored_table`): 250,000 (partition, offset) tuples grouped again
+    for each of three uses took a second of the driver's Python."""
 
     n: int
     parts: dict[TopicPartitionKey, tuple[Any, Any]]
-
-
-def records_at(keys: Sequence[tuple[TopicPartitionKey, int | None]]) -> RecordsAt:
-    """`RecordsAt` of (partition, offset or None) keys, in their order."""
-    import numpy as np
-
-    rows: dict[TopicPartitionKey, list[int]] = {}
-    for row, (tp, offset) in enumerate(keys):
-        if offset is not None:
-            rows.setdefault(tp, []).append(row)
-    return RecordsAt(
-        len(keys),
-        {
-            tp: (np.asarray(members, dtype=np.int64),
-                 np.fromiter((keys[r][1] for r in members), dtype=np.int64, count=len(members)))
-            for tp, members in rows.items()
-        },
-    )  # fmt: skip
 
 
 def locate_each(
