@@ -231,7 +231,6 @@ def match_positions(
     context = anchors.search_positions(found, renamed, k)
     # the destination records that may be candidates share an anchor's fingerprint
     anchor_prints = fingerprints_at(read, anchor_records)
-    slice_keys = sorted(context)
     dst_bounds = dict(disc.destination_bounds)
     last_ts = destination_last_timestamps(dst, dst_bounds)
     # Handed to Spark on a thread of its own while the destination is looked up and read on
@@ -254,7 +253,7 @@ def match_positions(
         not is_one_query,
     )
     if cfg.matching.search == "full":
-        resolved = _match_windows(spark, dst, inputs, anchor_prints, slice_keys, dst_bounds,
+        resolved = _match_windows(spark, dst, inputs, anchor_prints, sorted(context), dst_bounds,
                                   cfg, progress)  # fmt: skip
     else:
         found = search.search_destination(
