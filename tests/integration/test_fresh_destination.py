@@ -27,7 +27,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from ferry.kafka import isolated
-from ferry.kafka.groups import OFFSETS_TOPIC, partition_for
+from ferry.kafka.coordinators import OFFSETS_TOPIC, partition_for
 from ferry.testing.brokers import start_broker
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.proxy import API_CONSUMER_GROUP_DESCRIBE, API_OFFSET_FETCH, NOT_COORDINATOR

@@ -316,3 +316,48 @@ def test_unreachable_destination_fails_cleanly(clusters, tmp_path, unique):
         "error: cannot reach destination (127.0.0.1:9) within 2s: " + lines[0].split(": ", 2)[2]
     ]
     assert "Traceback" not in result.stderr
+
+
+def test_offsets_an_open_transaction_holds_wait_for_it_to_end(clusters, tmp_path, unique):
+    """An exactly-once consumer (Kafka Streams, a transactional copier) commits its offsets
+    inside its transaction: until the transaction ends, which offset the group resumes from
+    is not known (the one the transaction holds, or the one before it if it aborts). Ferry
+    reads offsets stable: while such a transaction is open the run waits for it, and one
+    still open when `admin.retry_ms` runs out fails the run in one line, nothing written.
+    Once the transaction commits, the next run migrates the offset it held."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    src, dst = clusters
+    topic = f"{unique}-t"
+    create_topics(src.config, {topic: 1})
+    create_topics(dst.config, {topic: 1})
+    recs = unique_records("tx", 40)
+    produce(src.config, topic, 0, recs)
+    produce(dst.config, topic, 0, replicate(recs, 5))  # the copy starts at source offset 5
+    held, plain = f"{unique}-held", f"{unique}-plain"
+    commit_offsets(src.config, held, {(topic, 0): 10})
+    commit_offsets(src.config, plain, {(topic, 0): 20})
+    member = Consumer({**src.config, "group.id": held, "log_level": 0})
+    producer = Producer({**src.config, "transactional.id": f"{unique}-tx", "log_level": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction(
+        [TopicPartition(topic, 0, 30)], member.consumer_group_metadata(), 30
+    )
+    config = write_config(tmp_path, src, dst, unique)
+    with open(config, "a") as f:
+        f.write("admin:\n  retry_ms: 3000\n")
+    try:
+        waited = run_job("migrate", "--config", config, "--execute", "--quiet")
+        assert waited.code == 1, waited.stderr
+        [line] = waited.stderr.strip().splitlines()
+        assert held in line, line
+        assert "a transaction committing offsets of the group is still open" in line, line
+        assert committed(dst, held) == {} and committed(dst, plain) == {}
+        producer.commit_transaction(30)
+    finally:
+        member.close()
+    done = run_job("migrate", "--config", config, "--execute", "--quiet")
+    assert done.code == 0, done.stderr
+    assert committed(dst, held) == {(topic, 0): 25}
+    assert committed(dst, plain) == {(topic, 0): 15}

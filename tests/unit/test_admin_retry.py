@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 
 from ferry.kafka.cluster import ClusterError, CommitUnknownError
-from ferry.kafka.groups import partition_for, probe_groups
+from ferry.kafka.coordinators import partition_for, probe_groups
 from ferry.kafka.retry import Backoff, failed_future, retry_each
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ferry.kafka.cluster import Cluster, ClusterError, CommitUnknownError
-from ferry.kafka.failures import is_transient_error
+from ferry.kafka.failures import raise_transient_partitions
 from ferry.kafka.groups import (
     GroupActiveError,
     active_error,
     committed_offsets,
     group_infos,
     list_group_infos,
+    settle_coordinators,
 )
 from ferry.kafka.retry import checked_future, failed_future, retry_each
 from ferry.keys import TopicPartitionKey
@@ -58,7 +59,7 @@ def alter_offsets_each(
                     admin.alter_consumer_group_offsets(
                         [requests[g]], request_timeout=cluster.attempt_s
                     )[g],
-                    _raise_transient,
+                    raise_transient_partitions,
                 )
             except Exception as exc:  # noqa: BLE001 - classified by retry_each
                 futures[g] = failed_future(exc)
@@ -107,31 +108,22 @@ def alter_offsets_each(
     return out
 
 
-def _raise_transient(answer):  # noqa: ANN001, ANN202 - ConsumerGroupTopicPartitions
-    """A commit answered per partition "coordinator moving/loading" was not applied: raised as
-    the error, so that it is retried like a lost request (read back first, state rechecked)."""
-    from confluent_kafka import KafkaException
-
-    for tp in answer.topic_partitions:
-        if tp.error is not None and is_transient_error(tp.error):
-            raise KafkaException(tp.error)
-    return answer
-
-
 def by_state(
     cluster: Cluster, groups: list[str]
 ) -> tuple[list[str], dict[str, ClusterError], dict[str, ClusterError], set[str]]:
     """The groups' states now, in the order given: (those Empty or Dead, which may be written;
     group → why its state could not be read; group → the error naming it active; those of them
     the listing shows, the only ones with offsets). One ListGroups for all of them
-    (`ferry.kafka.groups.group_infos`: only groups it does not show inactive are described);
-    when the listing fails, every group gets its error."""
+    (`ferry.kafka.groups.group_infos`: only groups it does not show inactive are described),
+    after `settle_coordinators`, so the listing shows every group committed before; when the
+    listing fails, every group gets its error."""
+    errors: dict[str, ClusterError] = {}
+    settle_coordinators(cluster, groups, errors)
     try:
         listed = list_group_infos(cluster)
     except ClusterError as exc:
         return [], dict.fromkeys(groups, exc), {}, set()
-    errors: dict[str, ClusterError] = {}
-    infos = group_infos(cluster, groups, listed, errors)
+    infos = group_infos(cluster, [g for g in groups if g not in errors], listed, errors)
     active = {
         g: active_error(cluster, infos[g])
         for g in groups

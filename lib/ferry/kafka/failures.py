@@ -56,6 +56,7 @@ def _transient_codes() -> frozenset[int]:
             E.FENCED_LEADER_EPOCH,
             E.UNKNOWN_LEADER_EPOCH,
             E.OFFSET_NOT_AVAILABLE,  # ListOffsets to a new leader whose high watermark lags
+            E.UNSTABLE_OFFSET_COMMIT,  # a stable offset fetch: a transaction is still open
         }
     )
 
@@ -71,6 +72,23 @@ def is_transient_error(err) -> bool:  # noqa: ANN001 - a KafkaError or None
     return err is not None and (
         err.code() in _transient_codes() or err.retriable() or is_leader_lookup(err)
     )
+
+
+def raise_transient_partitions(answer):  # noqa: ANN001, ANN201 - ConsumerGroupTopicPartitions
+    """A group's answer (a commit, an offset fetch) with a partition answered "try again"
+    (coordinator loading or moving, a transaction still open): raised as that error, so the
+    whole group is retried like a lost request. A commit so answered was not applied."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    for tp in answer.topic_partitions:
+        if tp.error is not None and is_transient_error(tp.error):
+            if tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT:  # the broker's text is vague
+                raise KafkaException(KafkaError(tp.error.code(), OPEN_TRANSACTION))
+            raise KafkaException(tp.error)
+    return answer
+
+
+OPEN_TRANSACTION = "a transaction committing offsets of the group is still open"
 
 
 def is_leader_lookup(err) -> bool:  # noqa: ANN001 - a KafkaError or None

@@ -6,19 +6,19 @@ fail the others."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from ferry.kafka import isolated
 from ferry.kafka.cluster import Cluster, ClusterError
-from ferry.kafka.failures import is_transient, short_reason
-from ferry.kafka.retry import (
-    call_with_retries,
-    checked_future,
-    gather_into,
-    gather_one,
-    retry_each,
+from ferry.kafka.coordinators import (
+    await_coordinators,
+    offsets_partitions_known,
+    partition_for,
+    probe_groups,
 )
+from ferry.kafka.failures import raise_transient_partitions, short_reason
+from ferry.kafka.retry import checked_future, gather_into, gather_one
 from ferry.keys import TopicPartitionKey
 from ferry.status import GroupState
 
@@ -158,17 +158,17 @@ def committed_offsets(
     coordinator that moves in between; the whole call, crashes included, spends one budget
     (`admin.retry_ms`).
 
+    Reads are stable (OffsetFetch's requireStable): answered from every commit the
+    coordinator acknowledged, once it has caught up with them (`settle_coordinators`).
+
     `listed`: the groups the cluster's listing shows (`list_group_infos`). The others have no
     offsets there (a group's offsets are its coordinator's, and so is the listing), so they
     are left out of the answer unasked; their coordinators are still awaited, so a
     coordinator that does not answer fails the call as a fetch would (a fresh destination
     lists none of 10,000 groups: 10,000 fetches saved, its coordinators waited for as ever).
     With `probe`, one of them per `__consumer_offsets` partition is fetched all the same
-    (`probe_groups`): a coordinator that answers describes but not fetches fails the call
-    here, as it would if every group were fetched (a write batch: before it writes). Not in
-    discovery: on a destination that has just created `__consumer_offsets`, a fetch sent as
-    soon as the coordinators answer describes was once answered NOT_COORDINATOR (a worker
-    crash, retried; make test-faults)."""
+    (`probe_groups`), and with `errors` a probe that fails fails the groups it stands for
+    (`settle_coordinators`)."""
     if not groups:
         return {}
     fetched = None if listed is None else [g for g in groups if g in listed]
@@ -209,28 +209,32 @@ def _committed_offsets_here(
 ) -> tuple[dict[str, dict[TopicPartitionKey, int]], dict[str, ClusterError]]:
     """`committed_offsets`, run in the worker on the worker's own copy of the cluster (its
     AdminClient kept between calls); `fetched`: the groups to fetch (None: all), and with
-    `probe` one more per coordinator they do not reach."""
+    `probe` one more per coordinator they do not reach, whose failure is its partition's."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     cluster = isolated.resident(detached)
     errors: dict[str, ClusterError] = {}
     await_coordinators(cluster, groups, deadline, errors if with_errors else None)
 
+    # Stable reads: a coordinator that took over moments ago answers a plain fetch as if the
+    # last commits it has not seen confirmed were never made (docs/kafka.md). Offsets an open
+    # transaction holds are answered UNSTABLE_OFFSET_COMMIT, retried until it ends.
     def submit(admin, keys):  # noqa: ANN001, ANN202
         return {
-            g: admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(g)], request_timeout=cluster.attempt_s
-            )[g]
+            g: checked_future(
+                admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(g)],
+                    require_stable=True,
+                    request_timeout=cluster.attempt_s,
+                )[g],
+                raise_transient_partitions,
+            )
             for g in keys
         }
 
-    if fetched is None:
-        wanted = groups
-    elif probe:  # the partitions' count is known once `await_coordinators` has had an answer
-        count = _answering.get(cluster.name, (0, set()))[0]
-        wanted = [*fetched, *probe_groups(groups, fetched, count)]
-    else:
-        wanted = fetched
+    count = offsets_partitions_known(cluster)
+    probes = probe_groups(groups, fetched, count) if fetched is not None and probe else []
+    wanted = groups if fetched is None else [*fetched, *probes]
     todo = [g for g in wanted if g not in errors]
     answers: dict[str, object] = {}
     for start in range(0, len(todo), wave):  # each wave retried as one; one budget for all
@@ -259,138 +263,27 @@ def _committed_offsets_here(
                 offsets[(tp.topic, tp.partition)] = tp.offset
         else:
             out[group] = offsets
+    failed = {partition_for(p, count) if count else None: errors[p] for p in probes if p in errors}
+    if failed:  # the groups each failed probe stood for (all of them when it was the only one)
+        unfetched = set(groups) - set(fetched or ()) - set(errors)
+        for group in unfetched:
+            error = failed.get(partition_for(group, count) if count else None)
+            if error is not None:
+                errors[group] = error
     return out, errors
 
 
-def probe_groups(groups: Sequence[str], fetched: Sequence[str], count: int) -> list[str]:
-    """One group not in `fetched` per `__consumer_offsets` partition (of `count`; 0: not
-    known) that none of `fetched` falls in: its fetch (answered empty: the group is not
-    listed) proves that coordinator answers OffsetFetch, as a fetch of every group would. A
-    coordinator that answers a describe but refuses the fetch then fails the call before
-    anything is written, not the read-back of a write."""
-    if not count:  # the partitions are not known: one group at all
-        return [g for g in groups if g not in fetched][:1]
-    covered = {partition_for(g, count) for g in fetched}
-    probes: dict[int, str] = {}
-    for group in groups:
-        p = partition_for(group, count)
-        if p not in covered and p not in probes:
-            probes[p] = group
-    return list(probes.values())
-
-
-OFFSETS_TOPIC = "__consumer_offsets"
-
-# Per cluster (by name), the `__consumer_offsets` partitions whose coordinator answered in
-# this process, and how many partitions the topic has: asked once per process, as long as the
-# process lives (a worker that crashed is gone, and its successor asks again).
-_answering: dict[str, tuple[int, set[int]]] = {}
-
-
-def await_coordinators(
-    cluster: Cluster,
-    groups: Sequence[str],
-    deadline: float,
-    errors: dict[str, ClusterError] | None = None,
+def settle_coordinators(
+    cluster: Cluster, groups: Sequence[str], errors: dict[str, ClusterError]
 ) -> None:
-    """Wait until the coordinator of every group's `__consumer_offsets` partition answers a
-    group read, with the one retry loop, before an offset fetch is sent there: librdkafka's
-    AdminClient crashes on an offset fetch answered NOT_COORDINATOR, but a describe answered so
-    is just an error. One group per partition is described (`partition_for`, the broker's own
-    rule), so at most as many requests as the topic has partitions, once per process. On a
-    fresh cluster the first describe's FindCoordinator creates the topic.
-
-    A coordinator still not answering when `deadline` comes fails the call; with `errors`,
-    it fails the groups it coordinates instead (all of them when not even the topic's
-    partitions are known). Any other failure of a describe (not allowed, say) is left to the
-    fetch to report."""
-    known = _answering.get(cluster.name)
-    if known is None:
-        first = groups[0]
-        if not _answered(cluster, {0: first}, deadline, lambda _g: groups, errors, None):
-            return
-        count = _offsets_partitions(cluster, deadline)
-        known = _answering[cluster.name] = (count, {partition_for(first, count)})
-    count, answering = known
-    by_partition: dict[int, list[str]] = {}
-    for group in groups:
-        by_partition.setdefault(partition_for(group, count), []).append(group)
-    asked = {p: members[0] for p, members in by_partition.items() if p not in answering}
-    if asked:
-        coordinated = lambda g: by_partition[partition_for(g, count)]  # noqa: E731
-        answering.update(_answered(cluster, asked, deadline, coordinated, errors, count))
-
-
-def _answered(
-    cluster: Cluster,
-    asked: dict[int, str],
-    deadline: float,
-    coordinated_with: Callable[[str], Sequence[str]],
-    errors: dict[str, ClusterError] | None,
-    count: int | None,
-) -> set[int]:
-    """Describe one group per partition (`asked`) until each is answered (or fails for
-    another reason than a coordinator not answering yet); returns the partitions answered. A
-    coordinator still not answering when the budget ends raises, or with `errors` fails the
-    groups `coordinated_with` names (those of its partition; `count` partitions, when known,
-    name it)."""
-
-    def coordinator(group: str) -> str:
-        if count is None:
-            return f"the coordinator of group {group}"
-        return f"the coordinator of {OFFSETS_TOPIC}[{partition_for(group, count)}]"
-
-    answers, failed = retry_each(
-        cluster,
-        lambda g: f"fetch committed offsets ({coordinator(g)} not answering)",
-        list(asked.values()),
-        lambda admin, keys: admin.describe_consumer_groups(keys, request_timeout=cluster.attempt_s),
-        deadline=deadline,
-    )
-    for group, error in failed.items():
-        if not is_transient(error.__cause__):
-            continue  # not a coordinator that is not ready: the fetch reports it
-        if errors is None:
-            raise error
-        errors.update(dict.fromkeys(coordinated_with(group), error))
-    return {p for p, g in asked.items() if g in answers}
-
-
-def _offsets_partitions(cluster: Cluster, deadline: float) -> int:
-    """How many partitions `__consumer_offsets` has, once every one of them has a leader."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    def count(admin) -> int:  # noqa: ANN001
-        topic = admin.list_topics(topic=OFFSETS_TOPIC, timeout=cluster.attempt_s).topics.get(
-            OFFSETS_TOPIC
-        )
-        if (
-            topic is None
-            or topic.error is not None
-            or not topic.partitions
-            or any(p.leader < 0 for p in topic.partitions.values())
-        ):
-            raise KafkaException(
-                KafkaError(
-                    KafkaError.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} lacks partition leaders"
-                )
-            )
-        return len(topic.partitions)
-
-    return call_with_retries(cluster, f"read the partitions of {OFFSETS_TOPIC}", count, deadline)
-
-
-def partition_for(group: str, partitions: int) -> int:
-    """The `__consumer_offsets` partition that holds `group` (and whose leader coordinates
-    it): the broker's rule, Java's `String.hashCode` of the group id, made non-negative as
-    Kafka's `Utils.abs` does (the smallest int becomes 0), modulo the partition count."""
-    code = 0
-    data = group.encode("utf-16-be")  # Java hashes UTF-16 code units
-    for i in range(0, len(data), 2):
-        code = (31 * code + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
-    if code >= 1 << 31:
-        code -= 1 << 32
-    return (0 if code == -(1 << 31) else abs(code)) % partitions
+    """Bring the coordinators of `groups` up to date before their states are read: one
+    stable offset fetch per `__consumer_offsets` partition the groups fall in
+    (`probe_groups`), answered once the coordinator has caught up with every commit it
+    acknowledged, so a listing after it shows every group committed before (a coordinator
+    that took over moments ago would list one committed just before as absent). It also
+    proves each coordinator answers OffsetFetch before anything is written. A coordinator
+    that does not answer fails its groups, in `errors`."""
+    committed_offsets(cluster, groups, errors, listed=(), probe=True)
 
 
 class GroupActiveError(ClusterError):

@@ -8,11 +8,12 @@ Every executing run (`migrate`, `groups copy/reset/delete`) hands its writes her
    that fails nothing is written.
 2. Groups that another run's open intent claimed first are left to that run (`CLAIMED`).
 3. The rest are written in batches of `BATCH_GROUPS`, each batch in a handful of round trips
-   whatever its size: one group listing for the batch's states (every group must be Empty or
-   Dead; `kafka.by_state`), one round of OffsetFetch requests (the offsets each group the
-   listing shows has now; a group it does not show has none, and one such group per
-   coordinator is fetched as a probe, so a coordinator refusing fetches fails the batch
-   before its writes rather than their read-back), then per group the forward rule (migrate,
+   whatever its size: one stable OffsetFetch per coordinator the batch reaches (a probe: the
+   coordinator has caught up with every commit it acknowledged, and answers fetches, before
+   anything is read or written; `kafka.settle_coordinators`), one group listing for the
+   batch's states (every group must be Empty or Dead; `kafka.by_state`), one round of
+   OffsetFetch requests (the offsets each group the listing shows has now; a group it does
+   not show has none), then per group the forward rule (migrate,
    copy; `ferry.write.rules`), then every group's write — one request per group, all in
    flight together, each retried only after reading what landed — and one round of
    read-backs (`ferry.kafka.commits`). The window between a group's state check and its
@@ -252,10 +253,8 @@ def write_batch(cluster: Cluster, batch: Sequence[GroupWrite]) -> dict[str, Writ
     inactive = [w for w in batch if w.group in may_write]
     errors: dict[str, kafka.ClusterError] = {}
     # Only the groups the batch's listing shows have offsets to fetch (a fresh destination's
-    # batch: none, 1,000 requests saved; `committed_offsets` probes their coordinators).
-    fetched = kafka.committed_offsets(
-        cluster, [w.group for w in inactive], errors, listed, probe=True
-    )
+    # batch: none, 1,000 requests saved; `by_state` probed their coordinators first).
+    fetched = kafka.committed_offsets(cluster, [w.group for w in inactive], errors, listed)
     previous = {w.group: fetched.get(w.group, {}) for w in inactive if w.group not in errors}
     deletes, alters = [], []
     for w in inactive:
