@@ -67,6 +67,19 @@ def write_config(tmp_path, src, dst, unique, **extra) -> str:
     return str(path)
 
 
+def copied_topic(clusters, unique: str, tag: str, n: int, start: int = 0) -> str:
+    """A one-partition topic of `n` records on the source and its copy on the destination,
+    from source offset `start` (the copy's offset 0)."""
+    src, dst = clusters
+    topic = f"{unique}-t"
+    create_topics(src.config, {topic: 1})
+    create_topics(dst.config, {topic: 1})
+    recs = unique_records(tag, n)
+    produce(src.config, topic, 0, recs)
+    produce(dst.config, topic, 0, replicate(recs, start))
+    return topic
+
+
 def committed(cluster, group) -> dict:
     return kafka.committed_offsets(kafka.Cluster("c", cluster.config), [group])[group]
 
@@ -205,12 +218,7 @@ def _run_id(stdout: str) -> str:
 
 def test_rollback_restores_previous_destination_offsets(clusters, tmp_path, unique):
     src, dst = clusters
-    topic = f"{unique}-t"
-    create_topics(src.config, {topic: 1})
-    create_topics(dst.config, {topic: 1})
-    recs = unique_records("rb", 30)
-    produce(src.config, topic, 0, recs)
-    produce(dst.config, topic, 0, replicate(recs, 0))
+    topic = copied_topic(clusters, unique, "rb", 30)
     group = f"{unique}-g"
     commit_offsets(src.config, group, {(topic, 0): 20})
     commit_offsets(dst.config, group, {(topic, 0): 3})  # an older migration's leftovers
@@ -227,12 +235,7 @@ def test_rollback_restores_previous_destination_offsets(clusters, tmp_path, uniq
 
 def test_active_groups_are_refused_and_untouched(clusters, tmp_path, unique):
     src, dst = clusters
-    topic = f"{unique}-t"
-    create_topics(src.config, {topic: 1})
-    create_topics(dst.config, {topic: 1})
-    recs = unique_records("act", 20)
-    produce(src.config, topic, 0, recs)
-    produce(dst.config, topic, 0, replicate(recs, 0))
+    topic = copied_topic(clusters, unique, "act", 20)
     active_src, active_dst, idle = f"{unique}-src", f"{unique}-dst", f"{unique}-idle"
     for group in (active_src, active_dst, idle):
         commit_offsets(src.config, group, {(topic, 0): 10})
@@ -328,12 +331,7 @@ def test_offsets_an_open_transaction_holds_wait_for_it_to_end(clusters, tmp_path
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     src, dst = clusters
-    topic = f"{unique}-t"
-    create_topics(src.config, {topic: 1})
-    create_topics(dst.config, {topic: 1})
-    recs = unique_records("tx", 40)
-    produce(src.config, topic, 0, recs)
-    produce(dst.config, topic, 0, replicate(recs, 5))  # the copy starts at source offset 5
+    topic = copied_topic(clusters, unique, "tx", 40, start=5)
     held, plain = f"{unique}-held", f"{unique}-plain"
     commit_offsets(src.config, held, {(topic, 0): 10})
     commit_offsets(src.config, plain, {(topic, 0): 20})
