@@ -74,6 +74,9 @@ def is_transient_error(err) -> bool:  # noqa: ANN001 - a KafkaError or None
     )
 
 
+OPEN_TRANSACTION = "a transaction committing offsets of the group is still open"
+
+
 def raise_transient_partitions(answer):  # noqa: ANN001, ANN201 - ConsumerGroupTopicPartitions
     """A group's answer (a commit, an offset fetch) with a partition answered "try again"
     (coordinator loading or moving, a transaction still open): raised as that error, so the
@@ -86,9 +89,6 @@ def raise_transient_partitions(answer):  # noqa: ANN001, ANN201 - ConsumerGroupT
                 raise KafkaException(KafkaError(tp.error.code(), OPEN_TRANSACTION))
             raise KafkaException(tp.error)
     return answer
-
-
-OPEN_TRANSACTION = "a transaction committing offsets of the group is still open"
 
 
 def is_leader_lookup(err) -> bool:  # noqa: ANN001 - a KafkaError or None

@@ -17,7 +17,7 @@ from ferry.kafka.coordinators import (
     partition_for,
     probe_groups,
 )
-from ferry.kafka.failures import raise_transient_partitions, short_reason
+from ferry.kafka.failures import is_transient, raise_transient_partitions, short_reason
 from ferry.kafka.retry import checked_future, gather_into, gather_one
 from ferry.keys import TopicPartitionKey
 from ferry.status import GroupState
@@ -167,8 +167,8 @@ def committed_offsets(
     coordinator that does not answer fails the call as a fetch would (a fresh destination
     lists none of 10,000 groups: 10,000 fetches saved, its coordinators waited for as ever).
     With `probe`, one of them per `__consumer_offsets` partition is fetched all the same
-    (`probe_groups`), and with `errors` a probe that fails fails the groups it stands for
-    (`settle_coordinators`)."""
+    (`probe_groups`), and with `errors` a probe whose coordinator does not answer fails the
+    groups it stands for (`settle_coordinators`)."""
     if not groups:
         return {}
     fetched = None if listed is None else [g for g in groups if g in listed]
@@ -209,7 +209,7 @@ def _committed_offsets_here(
 ) -> tuple[dict[str, dict[TopicPartitionKey, int]], dict[str, ClusterError]]:
     """`committed_offsets`, run in the worker on the worker's own copy of the cluster (its
     AdminClient kept between calls); `fetched`: the groups to fetch (None: all), and with
-    `probe` one more per coordinator they do not reach, whose failure is its partition's."""
+    `probe` one more per coordinator they do not reach."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     cluster = isolated.resident(detached)
@@ -263,13 +263,19 @@ def _committed_offsets_here(
                 offsets[(tp.topic, tp.partition)] = tp.offset
         else:
             out[group] = offsets
-    failed = {partition_for(p, count) if count else None: errors[p] for p in probes if p in errors}
-    if failed:  # the groups each failed probe stood for (all of them when it was the only one)
-        unfetched = set(groups) - set(fetched or ()) - set(errors)
-        for group in unfetched:
-            error = failed.get(partition_for(group, count) if count else None)
-            if error is not None:
-                errors[group] = error
+    # A probe whose coordinator did not answer fails the groups it stood for: those of its
+    # partition, or all of them when the partitions were not known (it was the only probe).
+    # Any other failure (not authorized for that group, say) is the probe group's own.
+    stands_for = (lambda g: partition_for(g, count)) if count else (lambda _g: None)
+    failed = {
+        stands_for(p): errors[p]
+        for p in probes
+        if p in errors and is_transient(errors[p].__cause__)
+    }
+    if failed:
+        for group in set(groups) - set(fetched or ()) - set(errors):
+            if stands_for(group) in failed:
+                errors[group] = failed[stands_for(group)]
     return out, errors
 
 
