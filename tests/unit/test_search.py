@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ferry.config import FerryConfig
-from ferry.migrate import anchors, lookups, search, slices
+from ferry.migrate import anchors, lookups, matching, search, slices
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.ranges import RangeBook
 
@@ -40,14 +40,9 @@ def state_of(
     bounds_df = spark.createDataFrame(
         [("dst", 0, 0, len(dst_values), T0 + 10**9)], DST_BOUNDS_SCHEMA
     )
+    inputs = matching.MatchInputs(anchors_df, source_prints(spark, src_df), bounds_df, lambda: None)
     row = slices.match_in_slices(
-        slices.with_slices(anchors_df, slices_df),
-        source_prints(spark, src_df),
-        located(spark, dst_df),
-        bounds_df,
-        K,
-        before,
-        after,
+        inputs, slices.with_slices(anchors_df, slices_df), located(spark, dst_df), K, before, after
     ).first()
     read = anchors.records_by_partition(
         dst_df.select("topic", "partition", "offset", "timestamp_ms").toArrow()

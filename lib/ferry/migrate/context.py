@@ -35,6 +35,7 @@ from ferry.migrate.anchors import PartitionRecords
 # a located record, with its timestamp and SHA-256 (what a candidate is joined on): its index
 # among its partition's records read, and its segment's first and last records' (`index_table`)
 INDEX_FIELDS = ("topic", "partition", "offset", "timestamp_ms", "sha256", "at", "first", "last")
+REPEATED_FIELDS = ("topic", "partition", "sha256")  # a hash shared within a partition
 FINGERPRINT_FIELDS = ("topic", "partition", "fingerprints")  # a partition's, in offset order
 
 
@@ -126,6 +127,16 @@ def index_table(
         [pa.array(topics, pa.string()), *arrays[:3], sha256, *arrays[3:]],
         names=list(INDEX_FIELDS),
     )
+
+
+def repeated_hashes(index):  # noqa: ANN001, ANN201 - pyarrow imported lazily
+    """The (topic, partition, sha256) that two or more of an `index_table`'s records share,
+    each once, as Arrow: no rows when every record's hash is its own in its partition."""
+    import pyarrow.compute as pc
+
+    keys = list(REPEATED_FIELDS)
+    counts = index.group_by(keys, use_threads=False).aggregate([("offset", "count")])
+    return counts.filter(pc.greater(counts.column("offset_count"), 1)).select(keys)
 
 
 def fingerprint_table(

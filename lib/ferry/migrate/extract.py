@@ -185,6 +185,7 @@ INDEX_SCHEMA = StructType(
         StructField("last", IntegerType(), False),
     ]
 )
+REPEATED_SCHEMA = StructType([f for f in INDEX_SCHEMA.fields if f.name in context.REPEATED_FIELDS])
 FINGERPRINTS_SCHEMA = StructType(
     [
         StructField("topic", StringType(), False),
@@ -210,9 +211,14 @@ def located_records(
 ) -> matching.Located:
     """The `wanted` records (per partition, offsets read), located on the driver
     (`ferry.migrate.context`), for Spark to cut their context where it compares them
-    (`matching.with_context`)."""
-    index_df = arrow_df(spark, context.index_table(records, segments, wanted), INDEX_SCHEMA)
-    return matching.Located(index_df, fingerprints_df(spark, records, wanted))
+    (`matching.with_context`), and the hashes two or more of them share."""
+    index = context.index_table(records, segments, wanted)
+    repeated = context.repeated_hashes(index)
+    return matching.Located(
+        arrow_df(spark, index, INDEX_SCHEMA),
+        fingerprints_df(spark, records, wanted),
+        arrow_df(spark, repeated, REPEATED_SCHEMA) if repeated.num_rows else None,
+    )
 
 
 def union_records(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:

@@ -116,10 +116,13 @@ def _empty_context() -> Column:
 class Located(NamedTuple):
     """Records located on the driver (`ferry.migrate.context`): where each is among its
     partition's fingerprints (`index_df`, `context.INDEX_FIELDS`) and those fingerprints
-    (`fingerprints_df`, `context.FINGERPRINT_FIELDS`), from which `with_context` cuts it."""
+    (`fingerprints_df`, `context.FINGERPRINT_FIELDS`), from which `with_context` cuts it;
+    `repeated_df`: the (topic, partition, sha256) that two or more of them share, or None
+    when none do (an anchor with another hash has at most one candidate: `match`)."""
 
     index_df: DataFrame
     fingerprints_df: DataFrame
+    repeated_df: DataFrame | None = None
 
 
 class MatchInputs(NamedTuple):
@@ -132,6 +135,9 @@ class MatchInputs(NamedTuple):
     src_prints_df: DataFrame
     bounds_df: DataFrame
     anchors_cached: Callable[[], None]
+    # anchors (of `anchors_df`) partitioned by position, for grouping their candidates
+    # without a shuffle of the candidates: a cache already is, one query's are shuffled
+    by_position: Callable[[DataFrame], DataFrame] = lambda df: df
 
 
 def _context_sizes(at: Column, first: Column, last: Column, k: int) -> tuple[Column, Column]:
@@ -312,6 +318,37 @@ def _rank(lowest_first: bool) -> Column:
     )
 
 
+def match(
+    inputs: MatchInputs,
+    anchors_df: DataFrame,
+    located: Located,
+    k: int,
+    window_before_ms: int,
+    window_after_ms: int,
+    within_slices: bool = False,
+) -> DataFrame:
+    """Matching's row for each of `anchors_df`'s positions (`resolve`'s columns), among
+    `located`'s possible candidates (`with_candidates`; `inputs`: the run's source
+    fingerprints, destination bounds and `by_position`). An anchor whose hash no two located
+    records share has at most one candidate row: its row is its result, worked out as the
+    anchors stream past the broadcasts (`resolve_each`), with no shuffle and no grouping.
+    Only the anchors of a shared hash are grouped by position (`resolve`)."""
+
+    def candidates(df: DataFrame) -> DataFrame:
+        return with_candidates(df, inputs.src_prints_df, located, k, window_before_ms,
+                               window_after_ms, within_slices)  # fmt: skip
+
+    if located.repeated_df is None:
+        return resolve_each(candidates(anchors_df), inputs.bounds_df, window_after_ms)
+    keys = ["dst_topic", "dst_partition", "anchor_sha256"]
+    repeated = F.broadcast(located.repeated_df.toDF(*keys))
+    alone_df = anchors_df.join(repeated, keys, "left_anti")
+    shared_df = inputs.by_position(anchors_df.join(repeated, keys, "left_semi"))
+    return resolve_each(candidates(alone_df), inputs.bounds_df, window_after_ms).unionByName(
+        resolve(candidates(shared_df), inputs.bounds_df, window_after_ms)
+    )
+
+
 def resolve(candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms: int) -> DataFrame:
     """Exactly one row per position with status and offset (`POSITION_COLUMNS`), and
     is_full_match (the destination search's test of a decided slice), from its anchor's
@@ -322,17 +359,49 @@ def resolve(candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms:
     # candidate's columns are taken at its rank (an anchor's candidates are in one partition:
     # no two share a rank). The anchor's own columns (the same on each of its rows) are
     # grouping keys: no window, no join back to the anchors.
-    top_rank, last_rank = _rank(lowest_first=True), _rank(lowest_first=False)
-    anchor_columns = [*ANCHOR_RESULT_COLUMNS[len(ANCHOR_KEYS) :], "src_before_size",
-                      "src_after_size"]  # fmt: skip
-    best = candidates_df.groupBy(*ANCHOR_KEYS, *anchor_columns).agg(
+    top_rank = _rank(lowest_first=True)
+    best = candidates_df.groupBy(*ANCHOR_KEYS, *_ANCHOR_COLUMNS).agg(
         F.count("candidate_offset").cast(IntegerType()).alias("candidate_count"),
         F.max(top_rank).alias("top_rank"),
-        F.max(last_rank).alias("last_rank"),
+        F.max(_rank(lowest_first=False)).alias("last_rank"),
         F.max_by("candidate_offset", top_rank).alias("top_offset"),
         F.max_by("candidate_timestamp_ms", top_rank).alias("top_timestamp_ms"),
         F.max_by("has_dst_next", top_rank).alias("top_has_dst_next"),
     )
+    return _resolved(best, dst_bounds_df, window_after_ms)
+
+
+def resolve_each(
+    candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms: int
+) -> DataFrame:
+    """`resolve` of candidates with one row per position (at most one candidate each): the
+    row's own values are the maxima `resolve` takes, and no row is grouped with another."""
+    top_rank = _rank(lowest_first=True)
+    is_candidate = top_rank.isNotNull()
+    # A coalesce keeping every partition generates no code: it cuts the query's in two. Whole,
+    # its method was 10,900 bytes of bytecode, past the 8,000 above which HotSpot never
+    # compiles one (its tasks took 1.7x the CPU, interpreted); cut, 7,400 and 4,200.
+    best = candidates_df.coalesce(_EVERY_PARTITION).select(
+        *ANCHOR_KEYS,
+        *_ANCHOR_COLUMNS,
+        is_candidate.cast(IntegerType()).alias("candidate_count"),
+        top_rank.alias("top_rank"),
+        _rank(lowest_first=False).alias("last_rank"),
+        F.when(is_candidate, F.col("candidate_offset")).alias("top_offset"),
+        F.when(is_candidate, F.col("candidate_timestamp_ms")).alias("top_timestamp_ms"),
+        F.when(is_candidate, F.col("has_dst_next")).alias("top_has_dst_next"),
+    )
+    return _resolved(best, dst_bounds_df, window_after_ms)
+
+
+_EVERY_PARTITION = 1 << 30  # a coalesce to at most this many partitions keeps them all
+
+# What a position's result takes from its anchor besides its key (grouping keys of `resolve`).
+_ANCHOR_COLUMNS = [*ANCHOR_RESULT_COLUMNS[len(ANCHOR_KEYS) :], "src_before_size", "src_after_size"]
+
+
+def _resolved(best: DataFrame, dst_bounds_df: DataFrame, window_after_ms: int) -> DataFrame:
+    """A position's status, offset and scores from its best candidate's (`resolve`)."""
     plan = best.join(dst_bounds_df, ["dst_topic", "dst_partition"], "left")
     has_top = F.col("top_rank").isNotNull()
     score = F.shiftright("top_rank", _AT_BITS)

@@ -289,21 +289,27 @@ def _match_inputs(
     bounds: list[tuple],
     cached: bool,
 ) -> matching.MatchInputs:
-    """The anchors (`anchored_df`), hash-partitioned by position and, when `cached`, cached
-    so (each search step streams them past its candidates and groups the rows by position,
-    which a cache partitioned so needs no shuffle for: `matching.with_candidates`; one query
-    gets the same from its own shuffle), the source fingerprints
-    their context is cut from, and the destination's bounds (`DST_BOUNDS_SCHEMA` rows).
-    `spark` may still be starting: this waits for it."""
+    """The anchors (`anchored_df`; when `cached`, hash-partitioned by position and cached so:
+    each search step streams them past its candidates, and groups by position the rows of
+    those with several, which a cache partitioned so needs no shuffle for; one query
+    shuffles only those: `matching.match`), the source fingerprints their context is cut
+    from, and the destination's bounds (`DST_BOUNDS_SCHEMA` rows). `spark` may still be
+    starting: this waits for it."""
     spark = session_of(spark)
-    anchors_df = anchored_df(spark, table, at, read, segments).repartition(
-        int(spark.conf.get("spark.sql.shuffle.partitions")), *matching.ANCHOR_KEYS
-    )
+    anchors_df = anchored_df(spark, table, at, read, segments)
+    n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+
+    def by_position(df: DataFrame) -> DataFrame:
+        return df.repartition(n, *matching.ANCHOR_KEYS)
+
+    if cached:
+        anchors_df = by_position(anchors_df)
     return matching.MatchInputs(
         anchors_df,
         fingerprints_df(spark, read, src_partitions),
         local_df(spark, bounds, DST_BOUNDS_SCHEMA),
         cache_in_background(anchors_df) if cached else lambda: None,
+        (lambda df: df) if cached else by_position,
     )
 
 
@@ -331,11 +337,9 @@ def _match_windows(
     wanted = with_fingerprint_in(records, anchor_prints, records.keys())
     located = located_records(session_of(spark), records, book.read, wanted)
     ready = inputs()
-    candidates_df = matching.with_candidates(
-        ready.anchors_df, ready.src_prints_df, located, k, m.window_before_ms, m.window_after_ms
-    )
     progress("matching anchors to destination records")
-    resolved_df = matching.resolve(candidates_df, ready.bounds_df, m.window_after_ms)
+    resolved_df = matching.match(ready, ready.anchors_df, located, k, m.window_before_ms,
+                                 m.window_after_ms)  # fmt: skip
     return resolved_df.select(*matching.POSITION_COLUMNS).toArrow()
 
 

@@ -326,10 +326,9 @@ def step_query(
     m = cfg.matching
     anchors_df = inputs.anchors_df
     return match_in_slices(
+        inputs,
         anchors_df if is_everything else _only(spark, anchors_df, reading, unanchored),
-        inputs.src_prints_df,
         located,
-        inputs.bounds_df,
         m.context,
         m.window_before_ms,
         m.window_after_ms,

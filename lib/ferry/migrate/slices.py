@@ -151,10 +151,9 @@ def with_slices(
 
 
 def match_in_slices(
+    inputs: matching.MatchInputs,
     anchors_df: DataFrame,
-    src_fingerprints_df: DataFrame,
     located: matching.Located,
-    bounds_df: DataFrame,
     k: int,
     window_before_ms: int,
     window_after_ms: int,
@@ -162,20 +161,12 @@ def match_in_slices(
 ) -> DataFrame:
     """Matching's row for each anchor (`matching.POSITION_COLUMNS`, and is_full_match: its
     top candidate matches its whole context at its own timestamp) from the candidates inside
-    its own slice (`anchors_df` from `with_slices`; `src_fingerprints_df`: the fingerprints
-    of the anchors' partitions; `located`: the possible candidates, with their timestamps and
+    its own slice (`anchors_df` from `with_slices`; `inputs`: the run's source fingerprints,
+    the destination's bounds; `located`: the possible candidates, with their timestamps and
     hashes, `ferry.migrate.context`). Not `within_slices`: every located candidate is inside
     its anchor's slice (the anchors carry no bounds)."""
-    candidates_df = matching.with_candidates(
-        anchors_df,
-        src_fingerprints_df,
-        located,
-        k,
-        window_before_ms,
-        window_after_ms,
-        within_slices=within_slices,
-    )
-    resolved_df = matching.resolve(candidates_df, bounds_df, window_after_ms)
+    resolved_df = matching.match(inputs, anchors_df, located, k, window_before_ms,
+                                 window_after_ms, within_slices)  # fmt: skip
     return resolved_df.select(*matching.POSITION_COLUMNS, "is_full_match")
 
 
