@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import re
 import sys
@@ -204,6 +205,22 @@ def _log_traceback(exc: BaseException) -> str | None:
         return None
 
 
+def log_libraries_to_file() -> None:
+    """Python logging (libraries': py4j logs a traceback when Spark's JVM dies under a call)
+    to the run's log file, or nowhere without one; never to the console, where a failed run
+    says one line. Without a handler of its own, the first `logging.exception` would print
+    to stderr."""
+    path = os.environ.get("FERRY_LOG_FILE")
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler: logging.Handler = logging.NullHandler()
+    if path:
+        handler = logging.FileHandler(path, delay=True)  # opened at the first record
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+
+
 def _report(exc: BaseException, verbose: bool) -> None:
     if getattr(exc, "preface", ""):
         print(exc.preface, file=sys.stderr)
@@ -232,6 +249,8 @@ def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> 
         from ferry import result
 
         _restore_stderr()
+        if "--verbose" not in sys.argv:
+            log_libraries_to_file()
         driver_watch.start(spark_failures.unanswered_line)
         captured = result.capture()
         code = _run(main, sys.argv[1:])

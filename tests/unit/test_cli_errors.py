@@ -211,3 +211,36 @@ def test_a_write_not_in_the_ledger_prints_the_offsets_to_restore_before_its_one_
     assert "g2: delete to undo" in lines[4]
     assert lines[-1] == "error: ledger append failed at /x: disk full"
     assert sum(line.startswith("error:") for line in lines) == 1
+
+
+@pytest.mark.parametrize("has_log_file", [True, False])
+def test_a_library_s_logged_traceback_goes_to_the_log_file_not_the_console(
+    tmp_path, monkeypatch, capsys, has_log_file
+):
+    """py4j logs "Exception while sending command." with a traceback on the root logger when
+    Spark's JVM dies under a call (a driver out of memory): it goes to the run's log file, and
+    the console keeps the run's one error line."""
+    import logging
+
+    from ferry.cli import log_libraries_to_file
+
+    log_file = tmp_path / "run.log"
+    if has_log_file:
+        monkeypatch.setenv("FERRY_LOG_FILE", str(log_file))
+    else:
+        monkeypatch.delenv("FERRY_LOG_FILE", raising=False)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    log_libraries_to_file()
+    try:
+        raise Py4JNetworkError("Answer from Java side is empty")
+    except Py4JNetworkError:
+        logging.exception("Exception while sending command.")
+    for handler in root.handlers:
+        handler.flush()
+    assert capsys.readouterr().err == ""
+    if has_log_file:
+        text = log_file.read_text()
+        assert "Exception while sending command." in text and "Traceback" in text
+    else:
+        assert not log_file.exists()
