@@ -13,7 +13,7 @@ from ferry import hashing
 from ferry.migrate import anchors, extract, matching
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.model import offsets_by_partition
-from ferry.migrate.plan import anchored_df, anchored_table
+from ferry.migrate.plan import anchored_df, anchored_table, anchors_table
 
 T0 = 1_700_000_000_000
 RECORD_SCHEMA = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
@@ -72,6 +72,18 @@ def anchors_of(spark, positions, src_df):
     }
     table, at = anchored_table(found, renamed, bounds)
     return anchored_df(spark, table, at, by_tp, segments)
+
+
+def anchors_table_of(positions, src_df):
+    """`anchors_of`'s anchors as the driver holds them (`plan.anchors_table`)."""
+    by_tp, segments = on_driver(src_df)
+    found = {
+        tp: anchors.nearest_in(committed, by_tp.get(tp))
+        for tp, committed in offsets_by_partition([row[:3] for row in positions]).items()
+    }
+    renamed = {row[0]: row[3] for row in positions}
+    bounds = {(row[0], row[1]): (row[5], row[6]) for row in positions}
+    return anchors_table(*anchored_table(found, renamed, bounds), by_tp, segments)
 
 
 def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, dst_last=None):
@@ -283,10 +295,13 @@ def test_resolve_takes_the_best_context_and_calls_a_tie_at_the_top_ambiguous(spa
     # each anchor at k = 2 with two records before it and one after it; position 40 has no
     # candidate (its one row carries none)
     anchor_df = spark.createDataFrame(
-        [("src", 0, c, "dst", 0, "last", c - 1, T0, h("x"), 2, 1) for c in (10, 20, 30, 40)],
+        [
+            ("src", 0, c, "dst", 0, "last", c - 1, T0, h("x"), 2, 1, i)
+            for i, c in enumerate((10, 20, 30, 40))
+        ],
         "src_topic string, src_partition int, committed_offset long, dst_topic string, "
         "dst_partition int, anchor_kind string, anchor_offset long, anchor_timestamp_ms long, "
-        "anchor_sha256 binary, src_before_size int, src_after_size int",
+        "anchor_sha256 binary, src_before_size int, src_after_size int, anchor_row int",
     )
     scores_df = spark.createDataFrame(
         [
@@ -403,6 +418,30 @@ def test_anchors_whose_hash_is_their_own_are_resolved_without_a_shuffle(spark):
     assert_df_equality(mixed_df, grouped_df, ignore_row_order=True)
     statuses = {r.committed_offset: r.status for r in mixed_df.collect()}
     assert statuses[1] == "MATCHED" and statuses[2] == "MATCHED"  # "a", then the first "x"
+
+
+def test_the_driver_takes_each_rows_anchor_columns_from_its_own_table(spark):
+    """A query's rows come back as each anchor's row and what matching worked out; the
+    driver's table of anchors gives the rest (`slices.collected`): the same rows as Spark's
+    own, column for column, whichever order the rows come back in."""
+    from ferry.migrate.slices import collected
+    from ferry.session import local_df
+
+    values = ["a", "x", "b", "x", "c", "y", "d", "x", "e", "y", "f", "g"]
+    src, dst = records(spark, "src", values), records(spark, "dst", values, first_offset=100)
+    positions = [("src", 0, c, "dst", 0, 0, 10**6) for c in range(0, 13)]
+    anchors_df = anchors_of(spark, positions, src)
+    bounds_df = local_df(spark, [("dst", 0, 100, 112, T0 + 10**9)], DST_BOUNDS_SCHEMA)
+    inputs = matching.MatchInputs(anchors_df, source_prints(spark, src), bounds_df, lambda: None)
+    # the rows in another order than the anchors' (by status, then offset descending)
+    df = matching.match(inputs, anchors_df, located(spark, dst), 2, 60_000, 60_000).orderBy(
+        "status", F.desc("committed_offset")
+    )
+    got = collected(df, anchors_table_of(positions, src), "is_full_match")
+    wanted = df.select(*matching.POSITION_COLUMNS, "is_full_match").toArrow()
+    assert got.column_names == wanted.column_names
+    assert got.to_pylist() == wanted.to_pylist()
+    assert len({r["status"] for r in got.to_pylist()}) > 1  # a mix of statuses, reordered
 
 
 # HotSpot never compiles a method of more bytecode than this (`-XX:HugeMethodLimit`, on by

@@ -9,10 +9,8 @@ partition its position's result afterwards, on the driver):
 1. Context: each compared record's neighbours' fingerprints (k before, k after, nearest
    first) within the contiguous range it was read in. The driver locates the anchors and, on
    the destination, the records that share an anchor's fingerprint (the only possible
-   candidates) among their partitions' fingerprints (`ferry.migrate.context`); a row carries
-   those three indexes, and its context is cut out of its partition's fingerprints
-   (`with_context`, a broadcast) only where it is compared, in `with_candidates`: arrays of
-   2k fingerprints a row were most of what the anchors' cache held and the joins shuffled.
+   candidates) among their partitions' fingerprints (`ferry.migrate.context`); a row's
+   context is cut out of those (`with_context`, a broadcast) only where it is compared.
 2. The anchor of each committed offset C: the last source record before C ("last"), or when
    nothing precedes C the first record at or after it ("next"), or neither ("none": the
    source has nothing before or after C). It is chosen, located and its hash picked on the
@@ -40,7 +38,7 @@ scores lower than a full match elsewhere.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -70,6 +68,8 @@ ANCHORED_COLUMNS = [*COMMITTED_COLUMNS, "anchor_kind", "anchor_offset", "anchor_
 # where an anchor record is among its partition's fingerprints (`ferry.migrate.context`:
 # its index, and its segment's first and last; null for none)
 ANCHOR_LOCATION_COLUMNS = ["src_at", "src_first", "src_last"]
+# a position's row in the driver's table of anchors, carried to the result (`slices.collected`)
+ANCHOR_ROW = "anchor_row"
 # a position with its anchor's hash and location (`ferry.migrate.plan.anchored_df`)
 ANCHORS_COLUMNS = [
     *COMMITTED_COLUMNS,
@@ -78,6 +78,7 @@ ANCHORS_COLUMNS = [
     "anchor_timestamp_ms",
     "anchor_sha256",
     *ANCHOR_LOCATION_COLUMNS,
+    ANCHOR_ROW,
 ]
 # what a position's result takes from its anchor as it is (`resolve`)
 ANCHOR_RESULT_COLUMNS = [
@@ -89,9 +90,8 @@ ANCHOR_RESULT_COLUMNS = [
     "anchor_timestamp_ms",
     "anchor_sha256",
 ]
-# matching's result per position (`resolve`)
-POSITION_COLUMNS = [
-    *ANCHOR_RESULT_COLUMNS,
+# what matching works out for a position (`resolve`), and its result with its anchor's columns
+RESULT_COLUMNS = [
     "candidate_count",
     "match_before",
     "match_after",
@@ -99,6 +99,7 @@ POSITION_COLUMNS = [
     "status",
     "is_resolved",
 ]
+POSITION_COLUMNS = [*ANCHOR_RESULT_COLUMNS, *RESULT_COLUMNS]
 # a plan row: one group partition with its position's result
 PLAN_COLUMNS = ["group", *POSITION_COLUMNS]
 
@@ -127,17 +128,16 @@ class Located(NamedTuple):
 
 class MatchInputs(NamedTuple):
     """What every matching query of a run reads besides the candidates: the anchors
-    (`ANCHORS_COLUMNS`; for a search that may take several steps, cached by a job of their
-    own: `anchors_cached` waits for it, and returns at once when they are not), their
-    partitions' fingerprints and the destination's bounds (`extract.DST_BOUNDS_SCHEMA`)."""
+    (`ANCHORS_COLUMNS`; cached for a search of several steps: `anchors_cached` waits for
+    it), their partitions' fingerprints and the destination's bounds (`DST_BOUNDS_SCHEMA`)."""
 
     anchors_df: DataFrame
     src_prints_df: DataFrame
     bounds_df: DataFrame
     anchors_cached: Callable[[], None]
-    # anchors (of `anchors_df`) partitioned by position, for grouping their candidates
-    # without a shuffle of the candidates: a cache already is, one query's are shuffled
+    # anchors partitioned by position, to group their candidates: a cache already is
     by_position: Callable[[DataFrame], DataFrame] = lambda df: df
+    anchors_table: Any = None  # pyarrow: `anchors_df` as the driver made it, row by ANCHOR_ROW
 
 
 def _context_sizes(at: Column, first: Column, last: Column, k: int) -> tuple[Column, Column]:
@@ -216,6 +216,7 @@ def _common_prefix(x: Column, y: Column) -> Column:
 # with none.
 CANDIDATE_COLUMNS = [
     *ANCHOR_RESULT_COLUMNS,
+    ANCHOR_ROW,
     "src_before_size",
     "src_after_size",
     "candidate_offset",
@@ -244,13 +245,11 @@ def with_candidates(
     (`FINGERPRINT_FIELDS`); `dst_located`: at least every destination record that can be a
     candidate, located, with its timestamp and SHA-256.
 
-    The possible candidates (the records sharing an anchor's fingerprint, picked on the
-    driver, `ferry.migrate.context`; never more than the records read) are broadcast and the
-    anchors streamed past them: the rows keep the anchors' partitioning (cached by position,
-    `ferry.migrate.plan`), so `resolve` groups them without a shuffle and without joining the
-    anchors again. Both contexts are cut and compared in one projection at the end."""
+    The possible candidates (picked on the driver, `ferry.migrate.context`) are broadcast and
+    the anchors streamed past them, keeping the anchors' partitioning (`match`). Both contexts
+    are cut and compared in one projection at the end."""
     bounds = ["slice_start", "slice_end"] if within_slices else []
-    a = anchors_df.select(*ANCHOR_RESULT_COLUMNS, *ANCHOR_LOCATION_COLUMNS, *bounds)
+    a = anchors_df.select(*ANCHOR_RESULT_COLUMNS, ANCHOR_ROW, *ANCHOR_LOCATION_COLUMNS, *bounds)
     d = _renamed(
         dst_located.index_df,
         topic="d_topic",
@@ -273,6 +272,7 @@ def with_candidates(
         on = on & (d.candidate_offset >= a.slice_start) & (d.candidate_offset < a.slice_end)
     located = a.join(F.broadcast(d), on, "left").select(
         *ANCHOR_RESULT_COLUMNS,
+        ANCHOR_ROW,
         *ANCHOR_LOCATION_COLUMNS,
         "candidate_offset",
         "d_timestamp_ms",
@@ -289,6 +289,7 @@ def with_candidates(
     _, d_after_size = _context_sizes(F.col("d_at"), F.col("d_first"), F.col("d_last"), k)
     return cut.select(
         *ANCHOR_RESULT_COLUMNS,
+        ANCHOR_ROW,
         F.coalesce(before_size, F.lit(0)).alias("src_before_size"),
         F.coalesce(after_size, F.lit(0)).alias("src_after_size"),
         "candidate_offset",
@@ -350,9 +351,9 @@ def match(
 
 
 def resolve(candidates_df: DataFrame, dst_bounds_df: DataFrame, window_after_ms: int) -> DataFrame:
-    """Exactly one row per position with status and offset (`POSITION_COLUMNS`), and
-    is_full_match (the destination search's test of a decided slice), from its anchor's
-    scored candidates (`with_candidates`)."""
+    """Exactly one row per position with status and offset (`POSITION_COLUMNS`),
+    is_full_match (the destination search's test of a decided slice) and its `ANCHOR_ROW`,
+    from its anchor's scored candidates (`with_candidates`)."""
     # The best candidate has the greatest (match_before, match_after), the lowest offset first;
     # a tie at the top is two candidates with the best (match_before, match_after), whose
     # lowest and highest offsets then differ. Both are maxima of a rank (`_rank`), and the top
@@ -397,7 +398,9 @@ def resolve_each(
 _EVERY_PARTITION = 1 << 30  # a coalesce to at most this many partitions keeps them all
 
 # What a position's result takes from its anchor besides its key (grouping keys of `resolve`).
-_ANCHOR_COLUMNS = [*ANCHOR_RESULT_COLUMNS[len(ANCHOR_KEYS) :], "src_before_size", "src_after_size"]
+_ANCHOR_COLUMNS = [
+    *ANCHOR_RESULT_COLUMNS[len(ANCHOR_KEYS) :], ANCHOR_ROW, "src_before_size", "src_after_size"
+]
 
 
 def _resolved(best: DataFrame, dst_bounds_df: DataFrame, window_after_ms: int) -> DataFrame:
@@ -442,4 +445,5 @@ def _resolved(best: DataFrame, dst_bounds_df: DataFrame, window_after_ms: int) -
             & (F.col("top_timestamp_ms") == F.col("anchor_timestamp_ms")),
             F.lit(False),
         ).alias("is_full_match"),
+        ANCHOR_ROW,
     )

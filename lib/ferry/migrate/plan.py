@@ -46,6 +46,7 @@ from ferry.migrate.extract import (
 from ferry.migrate.model import Plan, Position, PositionRows, offsets_by_partition, row_order
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
+from ferry.migrate.slices import collected
 from ferry.session import (
     SparkOrLater,
     arrow_df,
@@ -89,8 +90,26 @@ ANCHORS_SCHEMA = StructType(
         StructField("src_at", IntegerType(), True),
         StructField("src_first", IntegerType(), True),
         StructField("src_last", IntegerType(), True),
+        StructField("anchor_row", IntegerType(), False),
     ]
 )
+
+
+def anchors_table(
+    table: pa.Table,
+    at: RecordsAt,
+    records: dict[TopicPartitionKey, anchors.PartitionRecords],
+    segments: dict[TopicPartitionKey, list[tuple[int, int]]],
+) -> pa.Table:
+    """Positions with their anchors (`table`, `ANCHORED_SCHEMA` as Arrow; `at`: each row's
+    anchor record), each anchor's hash, where it is among the source records read
+    (`anchors.records_by_partition`, the intervals read) and its row, all taken on the
+    driver (`ANCHORS_SCHEMA` as Arrow)."""
+    table = table.append_column("anchor_sha256", hashes_at(records, at))
+    for name, column in zip(("src_at", "src_first", "src_last"),
+                            locate_each(records, segments, at), strict=True):  # fmt: skip
+        table = table.append_column(name, column)
+    return table.append_column(matching.ANCHOR_ROW, pa.array(range(table.num_rows), pa.int32()))
 
 
 def anchored_df(
@@ -100,15 +119,8 @@ def anchored_df(
     records: dict[TopicPartitionKey, anchors.PartitionRecords],
     segments: dict[TopicPartitionKey, list[tuple[int, int]]],
 ) -> DataFrame:
-    """Positions with their anchors (`table`, `ANCHORED_SCHEMA` as Arrow; `at`: each row's
-    anchor record), each anchor's hash and where it is among the source records read
-    (`anchors.records_by_partition`, the intervals read), all taken on the driver, as a
-    DataFrame (`ANCHORS_SCHEMA`)."""
-    table = table.append_column("anchor_sha256", hashes_at(records, at))
-    for name, column in zip(("src_at", "src_first", "src_last"),
-                            locate_each(records, segments, at), strict=True):  # fmt: skip
-        table = table.append_column(name, column)
-    return arrow_df(spark, table, ANCHORS_SCHEMA)
+    """`anchors_table` as a DataFrame (`ANCHORS_SCHEMA`)."""
+    return arrow_df(spark, anchors_table(table, at, records, segments), ANCHORS_SCHEMA)
 
 
 def anchored_table(
@@ -296,7 +308,8 @@ def _match_inputs(
     from, and the destination's bounds (`DST_BOUNDS_SCHEMA` rows). `spark` may still be
     starting: this waits for it."""
     spark = session_of(spark)
-    anchors_df = anchored_df(spark, table, at, read, segments)
+    held = anchors_table(table, at, read, segments)
+    anchors_df = arrow_df(spark, held, ANCHORS_SCHEMA)
     n = int(spark.conf.get("spark.sql.shuffle.partitions"))
 
     def by_position(df: DataFrame) -> DataFrame:
@@ -310,6 +323,7 @@ def _match_inputs(
         local_df(spark, bounds, DST_BOUNDS_SCHEMA),
         cache_in_background(anchors_df) if cached else lambda: None,
         (lambda df: df) if cached else by_position,
+        held,
     )
 
 
@@ -340,7 +354,7 @@ def _match_windows(
     progress("matching anchors to destination records")
     resolved_df = matching.match(ready, ready.anchors_df, located, k, m.window_before_ms,
                                  m.window_after_ms)  # fmt: skip
-    return resolved_df.select(*matching.POSITION_COLUMNS).toArrow()
+    return collected(resolved_df, ready.anchors_table)
 
 
 def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict:  # noqa: ANN001

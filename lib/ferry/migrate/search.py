@@ -61,6 +61,7 @@ from ferry.migrate.slices import (
     SLICES_SCHEMA,
     WHOLE_SLICES_SCHEMA,
     AnchorSlice,
+    collected,
     judge_slices,
     match_in_slices,
     with_slices,
@@ -248,12 +249,13 @@ def search_destination(
         partitions = {members[i][0][:2] for i in reading_ids}
         located = _candidates(session, records, book, anchor_prints, partitions)
         is_everything = unanchored and all(shared[i].is_whole for i in reading_ids)
-        step_df = step_query(session, inputs(), located, reading, unanchored, is_everything, cfg)
+        ready = inputs()
+        step_df = step_query(session, ready, located, reading, unanchored, is_everything, cfg)
         unanchored = False
         # The step's rows as Arrow: each row's slice key and is_full_match are read column-wise,
         # and only when some slice is still open (250,000 positions decided at once: a key
         # tuple and a dict edit a row, 0.7 s)
-        step_table = step_df.toArrow()
+        step_table = collected(step_df, ready.anchors_table, "is_full_match")
         position_table = step_table.drop_columns(["is_full_match"])  # `POSITION_COLUMNS`
         if not still_open:
             kept.append(position_table)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
@@ -159,15 +160,29 @@ def match_in_slices(
     window_after_ms: int,
     within_slices: bool = True,
 ) -> DataFrame:
-    """Matching's row for each anchor (`matching.POSITION_COLUMNS`, and is_full_match: its
-    top candidate matches its whole context at its own timestamp) from the candidates inside
-    its own slice (`anchors_df` from `with_slices`; `inputs`: the run's source fingerprints,
-    the destination's bounds; `located`: the possible candidates, with their timestamps and
-    hashes, `ferry.migrate.context`). Not `within_slices`: every located candidate is inside
-    its anchor's slice (the anchors carry no bounds)."""
+    """Matching's row for each anchor (`matching.POSITION_COLUMNS`, is_full_match: its top
+    candidate matches its whole context at its own timestamp, and its `ANCHOR_ROW`) from the
+    candidates inside its own slice (`anchors_df` from `with_slices`; `inputs`: the run's
+    source fingerprints, the destination's bounds; `located`: the possible candidates, with
+    their timestamps and hashes, `ferry.migrate.context`). Not `within_slices`: every located
+    candidate is inside its anchor's slice (the anchors carry no bounds)."""
     resolved_df = matching.match(inputs, anchors_df, located, k, window_before_ms,
                                  window_after_ms, within_slices)  # fmt: skip
-    return resolved_df.select(*matching.POSITION_COLUMNS, "is_full_match")
+    return resolved_df.select(*matching.POSITION_COLUMNS, "is_full_match", matching.ANCHOR_ROW)
+
+
+def collected(resolved_df: DataFrame, anchors_table: pa.Table, *extra: str) -> pa.Table:
+    """Matching's rows (`matching.POSITION_COLUMNS`, then the `extra` columns) of a query over
+    the anchors of `anchors_table` (the driver's own, `ferry.migrate.plan.anchors_table`), as
+    Arrow. Spark sends back each row's anchor row and what it worked out; the anchor's own
+    columns (its topics, kind and hash: 70% of the bytes) are taken from the driver's table."""
+    worked_out = [*matching.RESULT_COLUMNS, *extra]
+    rows = resolved_df.select(matching.ANCHOR_ROW, *worked_out).toArrow()
+    own = anchors_table.select(matching.ANCHOR_RESULT_COLUMNS).take(rows[matching.ANCHOR_ROW])
+    return pa.Table.from_arrays(
+        [*own.columns, *rows.select(worked_out).columns],
+        names=[*matching.ANCHOR_RESULT_COLUMNS, *worked_out],
+    )
 
 
 @dataclass(frozen=True)
