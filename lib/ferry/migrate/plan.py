@@ -109,7 +109,10 @@ def anchors_table(
     for name, column in zip(("src_at", "src_first", "src_last"),
                             locate_each(records, segments, at), strict=True):  # fmt: skip
         table = table.append_column(name, column)
-    return table.append_column(matching.ANCHOR_ROW, pa.array(range(table.num_rows), pa.int32()))
+    import numpy as np
+
+    rows = pa.array(np.arange(table.num_rows, dtype=np.int32))
+    return table.append_column(matching.ANCHOR_ROW, rows)
 
 
 def anchored_df(
