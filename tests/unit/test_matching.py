@@ -13,7 +13,8 @@ from ferry import hashing
 from ferry.migrate import anchors, extract, matching
 from ferry.migrate.extract import DST_BOUNDS_SCHEMA
 from ferry.migrate.model import offsets_by_partition
-from ferry.migrate.plan import anchored_df, anchored_table, anchors_table
+from ferry.migrate.plan import ANCHORS_SCHEMA, anchored_table, anchors_table
+from ferry.session import arrow_df
 
 T0 = 1_700_000_000_000
 RECORD_SCHEMA = "topic string, partition int, offset long, timestamp_ms long, sha256 binary"
@@ -62,7 +63,7 @@ def source_prints(spark, src_df):
 def anchors_of(spark, positions, src_df):
     """The anchors of `positions` (POSITIONS_SCHEMA tuples) among `src_df`'s records, as
     migrate finds them: chosen, located and hashed on the driver (`anchors.nearest_in`,
-    `plan.anchored_table`, `plan.anchored_df`)."""
+    `plan.anchored_table`, `plan.anchors_table`)."""
     by_tp, segments = on_driver(src_df)
     renamed = {row[0]: row[3] for row in positions}
     bounds = {(row[0], row[1]): (row[5], row[6]) for row in positions}
@@ -71,7 +72,7 @@ def anchors_of(spark, positions, src_df):
         for tp, committed in offsets_by_partition([row[:3] for row in positions]).items()
     }
     table, at = anchored_table(found, renamed, bounds)
-    return anchored_df(spark, table, at, by_tp, segments)
+    return arrow_df(spark, anchors_table(table, at, by_tp, segments), ANCHORS_SCHEMA)
 
 
 def anchors_table_of(positions, src_df):

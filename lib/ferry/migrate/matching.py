@@ -70,7 +70,7 @@ ANCHORED_COLUMNS = [*COMMITTED_COLUMNS, "anchor_kind", "anchor_offset", "anchor_
 ANCHOR_LOCATION_COLUMNS = ["src_at", "src_first", "src_last"]
 # a position's row in the driver's table of anchors, carried to the result (`slices.collected`)
 ANCHOR_ROW = "anchor_row"
-# a position with its anchor's hash and location (`ferry.migrate.plan.anchored_df`)
+# a position with its anchor's hash and location (`ferry.migrate.plan.anchors_table`)
 ANCHORS_COLUMNS = [
     *COMMITTED_COLUMNS,
     "anchor_kind",

@@ -115,17 +115,6 @@ def anchors_table(
     return table.append_column(matching.ANCHOR_ROW, rows)
 
 
-def anchored_df(
-    spark: SparkSession,
-    table: pa.Table,
-    at: RecordsAt,
-    records: dict[TopicPartitionKey, anchors.PartitionRecords],
-    segments: dict[TopicPartitionKey, list[tuple[int, int]]],
-) -> DataFrame:
-    """`anchors_table` as a DataFrame (`ANCHORS_SCHEMA`)."""
-    return arrow_df(spark, anchors_table(table, at, records, segments), ANCHORS_SCHEMA)
-
-
 def anchored_table(
     found: dict[TopicPartitionKey, anchors.PartitionAnchors],
     renamed: dict[str, str],
@@ -304,11 +293,12 @@ def _match_inputs(
     bounds: list[tuple],
     cached: bool,
 ) -> matching.MatchInputs:
-    """The anchors (`anchored_df`; when `cached`, hash-partitioned by position and cached so:
-    each search step streams them past its candidates, and groups by position the rows of
-    those with several, which a cache partitioned so needs no shuffle for; one query
-    shuffles only those: `matching.match`), the source fingerprints their context is cut
-    from, and the destination's bounds (`DST_BOUNDS_SCHEMA` rows). `spark` may still be
+    """The anchors (`anchors_table`, also kept as Arrow in `MatchInputs.anchors_table`; when
+    `cached`, hash-partitioned by position and cached so: each search step streams them past
+    its candidates, and groups by position the rows of those with several, which a cache
+    partitioned so needs no shuffle for; one query shuffles only those: `matching.match`),
+    the source fingerprints their context is cut from, and the destination's bounds
+    (`DST_BOUNDS_SCHEMA` rows). `spark` may still be
     starting: this waits for it."""
     spark = session_of(spark)
     held = anchors_table(table, at, read, segments)
