@@ -60,10 +60,10 @@ def source_prints(spark, src_df):
     return extract.fingerprints_df(spark, by_tp, by_tp.keys())
 
 
-def anchors_of(spark, positions, src_df):
+def anchors_table_of(positions, src_df):
     """The anchors of `positions` (POSITIONS_SCHEMA tuples) among `src_df`'s records, as
     migrate finds them: chosen, located and hashed on the driver (`anchors.nearest_in`,
-    `plan.anchored_table`, `plan.anchors_table`)."""
+    `plan.anchored_table`, `plan.anchors_table`), as the driver holds them (Arrow)."""
     by_tp, segments = on_driver(src_df)
     renamed = {row[0]: row[3] for row in positions}
     bounds = {(row[0], row[1]): (row[5], row[6]) for row in positions}
@@ -71,20 +71,12 @@ def anchors_of(spark, positions, src_df):
         tp: anchors.nearest_in(committed, by_tp.get(tp))
         for tp, committed in offsets_by_partition([row[:3] for row in positions]).items()
     }
-    table, at = anchored_table(found, renamed, bounds)
-    return arrow_df(spark, anchors_table(table, at, by_tp, segments), ANCHORS_SCHEMA)
-
-
-def anchors_table_of(positions, src_df):
-    """`anchors_of`'s anchors as the driver holds them (`plan.anchors_table`)."""
-    by_tp, segments = on_driver(src_df)
-    found = {
-        tp: anchors.nearest_in(committed, by_tp.get(tp))
-        for tp, committed in offsets_by_partition([row[:3] for row in positions]).items()
-    }
-    renamed = {row[0]: row[3] for row in positions}
-    bounds = {(row[0], row[1]): (row[5], row[6]) for row in positions}
     return anchors_table(*anchored_table(found, renamed, bounds), by_tp, segments)
+
+
+def anchors_of(spark, positions, src_df):
+    """`anchors_table_of` as the DataFrame migrate makes of it."""
+    return arrow_df(spark, anchors_table_of(positions, src_df), ANCHORS_SCHEMA)
 
 
 def plan(spark, src_df, dst_df, commits, *, k=4, before=60_000, after=60_000, dst_last=None):

@@ -298,8 +298,7 @@ def _match_inputs(
     its candidates, and groups by position the rows of those with several, which a cache
     partitioned so needs no shuffle for; one query shuffles only those: `matching.match`),
     the source fingerprints their context is cut from, and the destination's bounds
-    (`DST_BOUNDS_SCHEMA` rows). `spark` may still be
-    starting: this waits for it."""
+    (`DST_BOUNDS_SCHEMA` rows). `spark` may still be starting: this waits for it."""
     spark = session_of(spark)
     held = anchors_table(table, at, read, segments)
     anchors_df = arrow_df(spark, held, ANCHORS_SCHEMA)
