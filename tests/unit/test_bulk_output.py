@@ -23,7 +23,7 @@ from ferry.migrate.load import (
     output_rows,
 )
 from ferry.migrate.matching import plan_row
-from ferry.migrate.model import Plan, PositionRows
+from ferry.migrate.model import Plan, PositionRows, exact_indexes
 from ferry.migrate.spans import row_span
 from ferry.output import emit_json_lines, emit_rows
 from ferry.status import GroupStatus
@@ -52,7 +52,9 @@ def _position(topic: str, partition: int, offset: int, status: str, dst: int | N
     }
 
 
-def _plan(with_table: bool = False) -> Plan:
+def _plan(with_table: bool | str = False) -> Plan:
+    """`with_table`: matching's table instead of dicts; "ahead": with the positions' order
+    and each group's positions known before the table came (`build_plan`)."""
     positions = {
         ("a", 0, 5): _position("a", 0, 5, "MATCHED", 9),
         ("a", 1, 7): _position("a", 1, 7, "MATCHED", 11),
@@ -71,21 +73,38 @@ def _plan(with_table: bool = False) -> Plan:
             ]
         )
     )
+    exact = {
+        "g": {("a", 1): 7, ("a", 0): 5},
+        "h": {("a", 0): 5},
+        "p": {("a", 0): 5, ("b", 0): 3},
+        "done": {("a", 0): 5},
+    }
+    ahead = with_table == "ahead"
     return Plan(
-        PositionRows(table) if with_table else positions,
-        exact={
-            "g": {("a", 1): 7, ("a", 0): 5},
-            "h": {("a", 0): 5},
-            "p": {("a", 0): 5, ("b", 0): 3},
-            "done": {("a", 0): 5},
-        },
+        PositionRows(table, list(positions) if ahead else None) if with_table else positions,
+        exact=exact,
         previous={"h": {("a.copy", 0): 4}, "done": {("a.copy", 0): 12}},
         extra={"r": [refused]},
         group_notes={"r": (GroupStatus.REFUSED, "source group is Stable")},
+        indexes=exact_indexes(exact, list(positions)) if ahead else {},
     )
 
 
-@pytest.mark.parametrize("with_table", [False, True], ids=["dicts", "matching's table"])
+TABLES = pytest.mark.parametrize(
+    "with_table", [False, True, "ahead"], ids=["dicts", "matching's table", "known ahead"]
+)
+
+
+def test_each_groups_positions_worked_out_ahead_are_those_worked_out_when_asked():
+    ahead, asked = _plan("ahead"), _plan(True)
+    assert ahead.position_order == asked.position_order
+    assert set(ahead.indexes) == {"g", "h", "p", "done"} and not asked.indexes
+    for group in ahead.indexes:
+        assert ahead.indexes[group] == asked.exact_at(group)
+    assert ahead.exact_at("g") == [0, 1]  # partition order, whatever the commits' order
+
+
+@TABLES
 def test_ledger_tables_hold_the_rows_ledger_rows_gives(with_table):
     plan = _plan(with_table)
     decisions = decide(plan, allow_rewind=False)
@@ -117,7 +136,7 @@ def test_ledger_tables_hold_the_rows_ledger_rows_gives(with_table):
     )
 
 
-@pytest.mark.parametrize("with_table", [False, True], ids=["dicts", "matching's table"])
+@TABLES
 @pytest.mark.parametrize("is_dry_run", [False, True])
 def test_output_json_is_the_text_emit_rows_writes(monkeypatch, is_dry_run, with_table):
     plan = _plan(with_table)

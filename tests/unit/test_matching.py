@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
@@ -416,8 +417,8 @@ def test_anchors_whose_hash_is_their_own_are_resolved_without_a_shuffle(spark):
 def test_the_driver_takes_each_rows_anchor_columns_from_its_own_table(spark):
     """A query's rows come back as each anchor's row and what matching worked out; the
     driver's table of anchors gives the rest (`slices.collected`): the same rows as Spark's
-    own, column for column, whichever order the rows come back in."""
-    from ferry.migrate.slices import collected
+    own, column for column, in the anchors' order whichever order the rows come back in."""
+    from ferry.migrate.slices import collected, in_anchor_order
     from ferry.session import local_df
 
     values = ["a", "x", "b", "x", "c", "y", "d", "x", "e", "y", "f", "g"]
@@ -431,10 +432,22 @@ def test_the_driver_takes_each_rows_anchor_columns_from_its_own_table(spark):
         "status", F.desc("committed_offset")
     )
     got = collected(df, anchors_table_of(positions, src), "is_full_match")
-    wanted = df.select(*matching.POSITION_COLUMNS, "is_full_match").toArrow()
-    assert got.column_names == wanted.column_names
-    assert got.to_pylist() == wanted.to_pylist()
-    assert len({r["status"] for r in got.to_pylist()}) > 1  # a mix of statuses, reordered
+    columns = [*matching.POSITION_COLUMNS, "is_full_match", matching.ANCHOR_ROW]
+    spark_rows = df.select(*columns).toArrow().to_pylist()
+    assert [r["committed_offset"] for r in spark_rows] != list(range(13))  # reordered
+    assert got.column_names == columns
+    assert got.to_pylist() == sorted(spark_rows, key=lambda r: r[matching.ANCHOR_ROW])
+    assert [r["committed_offset"] for r in got.to_pylist()] == list(range(13))
+    assert len({r["status"] for r in spark_rows}) > 1  # a mix of statuses
+    # several queries' rows (a search's steps) as one table in the anchors' order
+    steps = [got.filter(pc.equal(got["status"], s)) for s in ("MATCHED", "AMBIGUOUS")]
+    rest = got.filter(pc.invert(pc.is_in(got["status"], pa.array(["MATCHED", "AMBIGUOUS"]))))
+    whole = in_anchor_order([rest, *steps], 13)
+    assert whole.to_pylist() == got.drop_columns([matching.ANCHOR_ROW]).to_pylist()
+    with pytest.raises(RuntimeError, match="gave 12 rows for 13 anchor positions"):
+        in_anchor_order([got.slice(1)], 13)
+    with pytest.raises(RuntimeError, match="gave 14 rows for 13 anchor positions"):
+        in_anchor_order([got, got.slice(12)], 13)
 
 
 # HotSpot never compiles a method of more bytecode than this (`-XX:HugeMethodLimit`, on by

@@ -46,14 +46,21 @@ Target = tuple[TopicPartitionKey, int] | None
 class PositionRows(Mapping):
     """Matching's rows (`POSITION_COLUMNS`) by position, read from its Arrow table: a row's
     dict is made when it is first read (250,000 positions as dicts took a second that a run
-    whose groups all resolve never needs), and the table's order is every position's index."""
+    whose groups all resolve never needs), and the table's order is every position's index.
+    `order`: the table's positions when known already (the plan asked for them in that
+    order), else read from it."""
 
-    def __init__(self, table) -> None:  # noqa: ANN001 - a pyarrow.Table
+    def __init__(self, table, order: list[Position] | None = None) -> None:  # noqa: ANN001
+        if order is not None and len(order) != table.num_rows:
+            raise ValueError(f"{table.num_rows} rows for {len(order)} positions")
         self.table = table
-        self.order = table_positions(table)
-        self.index = {p: i for i, p in enumerate(self.order)}
+        self.order = table_positions(table) if order is None else order
         self._columns: dict[str, list] | None = None
         self._rows: dict[int, dict] = {}
+
+    @cached_property
+    def index(self) -> dict[Position, int]:
+        return {p: i for i, p in enumerate(self.order)}
 
     def __getitem__(self, position: Position) -> dict:
         i = self.index[position]
@@ -78,6 +85,19 @@ class PositionRows(Mapping):
         return [((t, p), o) if ok else None for t, p, o, ok in zip(*columns, strict=True)]
 
 
+def _exact_at(offsets: Mapping[TopicPartitionKey, int], index: Mapping[Position, int]) -> list[int]:
+    return [index[(t, p, o)] for (t, p), o in sorted(offsets.items())]
+
+
+def exact_indexes(
+    exact: Mapping[str, Mapping[TopicPartitionKey, int]], order: list[Position]
+) -> dict[str, list[int]]:
+    """Every group's `Plan.exact_at` (`exact`: group -> partition -> committed offset), given
+    the order of the plan's positions: it needs the positions, not their match."""
+    index = {p: i for i, p in enumerate(order)}
+    return {group: _exact_at(offsets, index) for group, offsets in exact.items()}
+
+
 def row_order(row: Mapping) -> tuple:
     """Group, source topic, then source partition (exact rows) or destination partition
     (reconciled rows, which have no source partition)."""
@@ -100,8 +120,9 @@ class Plan:
     extra: dict[str, list[dict]] = field(default_factory=dict)
     # group -> (status, why) for groups decided before matching (refused, nothing to migrate)
     group_notes: dict[str, tuple[GroupStatus, str]] = field(default_factory=dict)
-    # group -> `exact_at`, worked out once for decide, the ledger and the output
-    _exact_at: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)
+    # group -> `exact_at`, worked out once for decide, the ledger and the output (ahead, while
+    # Spark matches: `exact_indexes`, or when first asked)
+    indexes: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     def groups(self) -> list[str]:
         return sorted(set(self.exact) | set(self.extra) | set(self.group_notes))
@@ -140,11 +161,9 @@ class Plan:
     def exact_at(self, group: str) -> list[int]:
         """The indexes (into `position_order`) of the group's exactly matched partitions'
         positions, in partition order."""
-        at = self._exact_at.get(group)
+        at = self.indexes.get(group)
         if at is None:
-            index = self._position_index
-            offsets = sorted(self.exact.get(group, {}).items())
-            at = self._exact_at[group] = [index[(t, p, o)] for (t, p), o in offsets]
+            at = self.indexes[group] = _exact_at(self.exact.get(group, {}), self._position_index)
         return at
 
     @cached_property

@@ -43,13 +43,21 @@ from ferry.migrate.extract import (
     read_hashed,
     window_offsets,
 )
-from ferry.migrate.model import Plan, Position, PositionRows, offsets_by_partition, row_order
+from ferry.migrate.model import (
+    Plan,
+    Position,
+    PositionRows,
+    exact_indexes,
+    offsets_by_partition,
+    row_order,
+)
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
-from ferry.migrate.slices import collected
+from ferry.migrate.slices import collected, in_anchor_order
 from ferry.session import (
     SparkOrLater,
     arrow_df,
+    beside,
     cache_in_background,
     in_background,
     local_df,
@@ -174,7 +182,12 @@ def build_plan(
     `spark` may still be starting: the source is read on the driver meanwhile, if small."""
     exact = exact_partitions(disc)
     wanted = distinct_positions(exact)
-    table = match_positions(spark, src, dst, disc, cfg, wanted, progress) if wanted else None
+    # Which positions each group's rows take needs no match: worked out while Spark matches.
+    indexes: dict[str, list[int]] = {}
+    table = None
+    if wanted:
+        table = match_positions(spark, src, dst, disc, cfg, wanted, progress,
+                                lambda: indexes.update(exact_indexes(exact, wanted)))  # fmt: skip
     extra: dict[str, list[dict]] = {}
     if disc.reconcile_topics:
         for row in plan_reconciled(session_of(spark), src, dst, disc, cfg, progress):
@@ -197,8 +210,8 @@ def build_plan(
                 GroupStatus.NOTHING_TO_MIGRATE,
                 "no committed offsets on the selected topics: nothing to migrate",
             )
-    positions = PositionRows(table) if table is not None else {}
-    return Plan(positions, exact, disc.previous, extra, notes)
+    positions = PositionRows(table, wanted) if table is not None else {}
+    return Plan(positions, exact, disc.previous, extra, notes, indexes)
 
 
 def distinct_positions(exact: dict[str, dict[TopicPartitionKey, int]]) -> list[Position]:
@@ -221,8 +234,10 @@ def match_positions(
     cfg: FerryConfig,
     wanted: list[Position],
     progress: Callable[[str], None],
+    ahead: Callable[[], object] | None = None,
 ) -> pa.Table:
-    """Matching's row for each position (`matching.POSITION_COLUMNS`), one per position."""
+    """Matching's row for each position (`matching.POSITION_COLUMNS`), one per position, in
+    `wanted`'s order. `ahead()`: driver work that needs no match, done while Spark matches."""
     k = cfg.matching.context
     progress(f"matching {len(wanted)} distinct committed positions")
     read, src_segments = extract_source_records(spark, src, wanted, disc, cfg, progress)
@@ -258,7 +273,7 @@ def match_positions(
     )
     if cfg.matching.search == "full":
         resolved = _match_windows(spark, dst, inputs, anchor_prints, sorted(context), dst_bounds,
-                                  cfg, progress)  # fmt: skip
+                                  cfg, progress, ahead)  # fmt: skip
     else:
         found = search.search_destination(
             spark,
@@ -270,6 +285,7 @@ def match_positions(
             cfg,
             lambda ranges: read_hashed(spark, dst, ranges, cfg),
             progress,
+            ahead,
         )
         per = found.offsets_read / max(1, found.positions)
         progress(
@@ -328,9 +344,10 @@ def _match_windows(
     dst_bounds: dict,
     cfg: FerryConfig,
     progress: Callable[[str], None],
+    ahead: Callable[[], object] | None = None,
 ) -> pa.Table:
     """`matching.search: full`: every anchor's whole timestamp window, read at once, and
-    matching's row for each position."""
+    matching's row for each position, in the anchors' order (`ahead`: as `match_positions`)."""
     k, m = cfg.matching.context, cfg.matching
     windows = destination_windows(slice_keys, m.window_before_ms, m.window_after_ms)
     book = RangeBook()
@@ -346,7 +363,8 @@ def _match_windows(
     progress("matching anchors to destination records")
     resolved_df = matching.match(ready, ready.anchors_df, located, k, m.window_before_ms,
                                  m.window_after_ms)  # fmt: skip
-    return collected(resolved_df, ready.anchors_table)
+    table = beside(ahead, collected, resolved_df, ready.anchors_table)
+    return in_anchor_order([table], ready.anchors_table.num_rows)
 
 
 def _unmatched_row(group, topic, partition, disc, cfg, status, reason) -> dict:  # noqa: ANN001

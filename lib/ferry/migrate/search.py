@@ -62,11 +62,12 @@ from ferry.migrate.slices import (
     WHOLE_SLICES_SCHEMA,
     AnchorSlice,
     collected,
+    in_anchor_order,
     judge_slices,
     match_in_slices,
     with_slices,
 )
-from ferry.session import SparkOrLater, local_df, session_of
+from ferry.session import SparkOrLater, beside, local_df, session_of
 
 FIRST_RADIUS = 64  # offsets read after P at the first step: a busy millisecond and then some
 GROWTH = 4  # an open side of an undecided slice grows this many times per step
@@ -82,7 +83,8 @@ WINDOW_LOOKUPS_PER_PARTITION = 16
 
 @dataclass
 class SearchResult:
-    table: pa.Table  # matching's row for each position (`matching.POSITION_COLUMNS`)
+    # matching's row for each position (`matching.POSITION_COLUMNS`), in the anchors' order
+    table: pa.Table
     offsets_read: int
     positions: int
     steps: int
@@ -139,6 +141,7 @@ def search_destination(
     cfg: FerryConfig,
     read: Callable[[Sequence], DataFrame],
     progress: Callable[[str], None],
+    ahead: Callable[[], object] | None = None,
 ) -> SearchResult:
     """Read outward from every anchor position until each is decided or its window is read,
     and match each position in its final slice.
@@ -152,6 +155,7 @@ def search_destination(
     the driver, `ferry.migrate.context`). `spark` may still be starting.
     `read(ranges)` reads offset ranges of the destination to the driver: the (topic,
     partition, offset, timestamp_ms, sha256, fingerprint) of their records (Arrow).
+    `ahead()`: driver work that needs no match, done while the first step's query runs.
 
     Each step is one read and one Spark job, which matches every position whose slice was
     read in it; of the slices still open, the driver then tells which are decided from that
@@ -255,8 +259,9 @@ def search_destination(
         # The step's rows as Arrow: each row's slice key and is_full_match are read column-wise,
         # and only when some slice is still open (250,000 positions decided at once: a key
         # tuple and a dict edit a row, 0.7 s)
-        step_table = collected(step_df, ready.anchors_table, "is_full_match")
-        position_table = step_table.drop_columns(["is_full_match"])  # `POSITION_COLUMNS`
+        first = ahead if step == 1 else None
+        step_table = beside(first, collected, step_df, ready.anchors_table, "is_full_match")
+        position_table = step_table.drop_columns(["is_full_match"])  # and `ANCHOR_ROW`
         if not still_open:
             kept.append(position_table)
             continue
@@ -290,7 +295,8 @@ def search_destination(
                 f"destination: the {len(leftovers)} anchor positions still open read to "
                 f"their windows' edges at once ({n} offsets)"
             )
-    return SearchResult(pa.concat_tables(kept), offsets_read, len(slices), step)
+    table = in_anchor_order(kept, inputs().anchors_table.num_rows)
+    return SearchResult(table, offsets_read, len(slices), step)
 
 
 def _candidates(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
@@ -172,17 +173,35 @@ def match_in_slices(
 
 
 def collected(resolved_df: DataFrame, anchors_table: pa.Table, *extra: str) -> pa.Table:
-    """Matching's rows (`matching.POSITION_COLUMNS`, then the `extra` columns) of a query over
-    the anchors of `anchors_table` (the driver's own, `ferry.migrate.plan.anchors_table`), as
-    Arrow. Spark sends back each row's anchor row and what it worked out; the anchor's own
-    columns (its topics, kind and hash: 70% of the bytes) are taken from the driver's table."""
+    """Matching's rows (`matching.POSITION_COLUMNS`, then the `extra` columns, then
+    `ANCHOR_ROW`) of a query over the anchors of `anchors_table` (the driver's own,
+    `ferry.migrate.plan.anchors_table`), as Arrow, in the order of that table's rows. Spark
+    sends back each row's anchor row and what it worked out; the anchor's own columns (its
+    topics, kind and hash: 70% of the bytes) are taken from the driver's table."""
     worked_out = [*matching.RESULT_COLUMNS, *extra]
     rows = resolved_df.select(matching.ANCHOR_ROW, *worked_out).toArrow()
-    own = anchors_table.select(matching.ANCHOR_RESULT_COLUMNS).take(rows[matching.ANCHOR_ROW])
+    rows = rows.take(pc.sort_indices(rows[matching.ANCHOR_ROW]))
+    at = rows[matching.ANCHOR_ROW]
+    own = anchors_table.select(matching.ANCHOR_RESULT_COLUMNS).take(at)
     return pa.Table.from_arrays(
-        [*own.columns, *rows.select(worked_out).columns],
-        names=[*matching.ANCHOR_RESULT_COLUMNS, *worked_out],
+        [*own.columns, *rows.select(worked_out).columns, at],
+        names=[*matching.ANCHOR_RESULT_COLUMNS, *worked_out, matching.ANCHOR_ROW],
     )
+
+
+def in_anchor_order(tables: Sequence[pa.Table], anchors: int) -> pa.Table:
+    """The rows of one or more queries over the same anchors (`collected`'s, each anchor in
+    one of them) as one table whose row i is anchor i's, `ANCHOR_ROW` dropped: the driver's
+    anchors are the positions in the order the plan listed them, so the plan knows which row
+    is a position's before matching ends (`ferry.migrate.model.PositionRows`). Anything but
+    one row per anchor is an error, never a plan."""
+    table = pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+    if len(tables) > 1:
+        table = table.take(pc.sort_indices(table[matching.ANCHOR_ROW]))
+    at = table[matching.ANCHOR_ROW].to_numpy()
+    if len(at) != anchors or not np.array_equal(at, np.arange(anchors, dtype=at.dtype)):
+        raise RuntimeError(f"matching gave {len(at)} rows for {anchors} anchor positions")
+    return table.drop_columns([matching.ANCHOR_ROW])
 
 
 @dataclass(frozen=True)
