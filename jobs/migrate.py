@@ -33,6 +33,7 @@ from ferry.cli import (
 )
 from ferry.config import load_config, require
 from ferry.groups.selection import require_groups
+from ferry.output import stdout_held_until
 from ferry.session import start_session
 from ferry.write import rollback
 from ferry.write.ledger import Ledger, new_run_id
@@ -116,27 +117,28 @@ def main(argv: list[str]) -> int:
         progress,
     )
     ledger = Ledger(spark, cfg.ledger.path, run_id, "migrate", args.execute)
-    counts = None  # a dry run's differences (records) for groups already at or past the plan
+    # a dry run's differences (records) for groups already at or past the plan, and its record
+    counts, recorded = None, None
     if args.execute:
         migrate.commit_groups(
             dst, plan, decisions, ledger, cfg.ledger.lease_ms, args.allow_rewind,
             progress, cfg.admin.batch_groups,
         )  # fmt: skip
     else:
-        migrate.record_dry_run(plan, decisions, dst, ledger)
+        recorded = migrate.record_dry_run(plan, decisions, dst, ledger)
         counts = migrate.dry_run_differences(spark, dst, plan, decisions, cfg, progress)
     if args.export_dir:
         paths = migrate.export_csv(plan, decisions, args.export_dir)
         progress(f"exported {len(paths)} CSV files to {args.export_dir}")
-
-    if args.output == "json":
-        emit_json_lines(migrate.output_json(plan, decisions, counts))
-    else:
-        emit_rows(
-            lambda: migrate.output_rows(plan, decisions, counts),
-            migrate.OUTPUT_COLUMNS,
-            args.output,
-        )
+    with stdout_held_until(recorded):  # every plan shown is on record
+        if args.output == "json":
+            emit_json_lines(migrate.output_json(plan, decisions, counts))
+        else:
+            emit_rows(
+                lambda: migrate.output_rows(plan, decisions, counts),
+                migrate.OUTPUT_COLUMNS,
+                args.output,
+            )
     lines, total = migrate.summary(plan, decisions, args.execute, ledger)
     for line in lines:
         print(line, file=sys.stderr)

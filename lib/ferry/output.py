@@ -5,12 +5,15 @@ prints rows does not import the CLI."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import operator
+import shutil
 import sys
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -70,6 +73,30 @@ def _json_rows(data: list[dict[str, Any]]) -> str:
     if not data:
         return "[]\n"
     return "[\n  " + ",\n  ".join(json.dumps(row, default=str) for row in data) + "\n]\n"
+
+
+HELD_IN_MEMORY = 16 * 1024 * 1024  # characters of held output kept in memory; more on disk
+
+
+@contextlib.contextmanager
+def stdout_held_until(ready: Callable[[], object] | None) -> Iterator[None]:
+    """Hold what is written to stdout inside until `ready()` returns, then write it out:
+    output made while what it vouches for is still being done (a dry run's plan while its
+    ledger record is written) is shown only once that is done, and never when it fails
+    (`ready()` raises: the held text is dropped). Held in memory up to `HELD_IN_MEMORY`
+    characters, beyond that in a temporary file: a plan of any size costs no more memory.
+    `ready` None: nothing is held."""
+    if ready is None:
+        yield
+        return
+    real = sys.stdout
+    with tempfile.SpooledTemporaryFile(HELD_IN_MEMORY, "w+", encoding="utf-8", newline="") as held:
+        with contextlib.redirect_stdout(held):
+            yield
+        ready()
+        held.seek(0)
+        shutil.copyfileobj(held, real, 1 << 20)
+    real.flush()
 
 
 def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str) -> None:

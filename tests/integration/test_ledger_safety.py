@@ -61,6 +61,27 @@ def test_unwritable_ledger_commits_nothing(clusters, tmp_path, unique):
         assert committed(dst, group) == {}, f"{group} committed without its audit row"
 
 
+def test_a_dry_run_whose_record_fails_shows_no_plan(clusters, tmp_path, unique):
+    """A dry run's ledger record is written while its output is made; the plan is shown only
+    once it is on record."""
+    src, dst = clusters
+    _world(src, dst, unique)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the ledger's parent directory should be")
+    config = write_config(tmp_path, src, dst, unique)
+    args = ["migrate", "--config", config, "--quiet", "-o", "json"]
+    result = run_job(*args, "--set", f"ledger.path={blocker}/ledger")
+    assert result.code == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot append to ledger {blocker}/ledger: "
+    ), result.stderr
+    shown = run_job(*args, "--set", f"ledger.path={tmp_path}/ledger")
+    assert shown.code == 0, shown.stderr
+    assert len(json.loads(shown.stdout)) == 6  # three groups, two partitions each
+
+
 def test_groups_verbs_write_nothing_without_their_audit_row(cluster, tmp_path, unique):
     topic, group = f"{unique}-t", f"{unique}-g"
     create_topics(cluster.config, {topic: 1})

@@ -6,7 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from datetime import datetime, timezone
+
+import pytest
 
 from ferry.output import render
 
@@ -64,3 +67,33 @@ def test_table_aligns_columns_and_shows_missing_as_dash() -> None:
     assert lines[0].split() == [c.upper() for c in COLUMNS]
     assert lines[2].split() == ['g"2', "1", "-", "-", "-"]
     assert lines[1].index("12") == lines[0].index("OFFSET")
+
+
+@pytest.mark.parametrize("in_memory", [True, False], ids=["in memory", "past it, on disk"])
+def test_held_output_is_written_once_ready_and_never_when_it_fails(monkeypatch, in_memory):
+    """`stdout_held_until`: the text appears only after `ready()` returns, whole and in order;
+    when `ready()` raises, nothing appears."""
+    from ferry import output
+
+    if not in_memory:
+        monkeypatch.setattr(output, "HELD_IN_MEMORY", 10)
+    out, seen = io.StringIO(), []
+    monkeypatch.setattr(sys, "stdout", out)
+    text = "".join(f"row {i}: é\n" for i in range(1000))
+    with output.stdout_held_until(lambda: seen.append(out.getvalue())):
+        for line in text.splitlines(keepends=True):
+            print(line, end="")
+    assert seen == [""] and out.getvalue() == text
+
+    def fails() -> None:
+        raise RuntimeError("not on record")
+
+    out.seek(0)
+    out.truncate()
+    with pytest.raises(RuntimeError, match="not on record"):
+        with output.stdout_held_until(fails):
+            print("a plan")
+    assert out.getvalue() == "" and sys.stdout is out
+    with output.stdout_held_until(None):  # nothing to wait for: written as it goes
+        print("shown")
+        assert out.getvalue() == "shown\n"
