@@ -102,6 +102,10 @@ def test_each_groups_positions_worked_out_ahead_are_those_worked_out_when_asked(
     for group in ahead.indexes:
         assert ahead.indexes[group] == asked.exact_at(group)
     assert ahead.exact_at("g") == [0, 1]  # partition order, whatever the commits' order
+    table, order = ahead.position_table, ahead.position_order
+    for wrong in (order[::-1], order[:-1], [(t, p, o + 1) for t, p, o in order]):
+        with pytest.raises(ValueError, match="are not the plan's"):
+            PositionRows(table, wrong)
 
 
 @TABLES

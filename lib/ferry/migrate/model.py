@@ -51,8 +51,8 @@ class PositionRows(Mapping):
     order), else read from it."""
 
     def __init__(self, table, order: list[Position] | None = None) -> None:  # noqa: ANN001
-        if order is not None and len(order) != table.num_rows:
-            raise ValueError(f"{table.num_rows} rows for {len(order)} positions")
+        if order is not None:
+            _check_order(table, order)
         self.table = table
         self.order = table_positions(table) if order is None else order
         self._columns: dict[str, list] | None = None
@@ -83,6 +83,22 @@ class PositionRows(Mapping):
         names = ("dst_topic", "dst_partition", "destination_offset", "is_resolved")
         columns = (self.table.column(c).to_pylist() for c in names)
         return [((t, p), o) if ok else None for t, p, o, ok in zip(*columns, strict=True)]
+
+
+def _check_order(table, order: list[Position]) -> None:  # noqa: ANN001 - a pyarrow.Table
+    """A row given to the wrong position would commit another position's offset: the table's
+    partitions and committed offsets must be `order`'s, row by row (250,000: 0.03 s)."""
+    import numpy as np
+
+    n = len(order)
+    same = n == table.num_rows and all(
+        np.array_equal(
+            table.column(name).to_numpy(), np.fromiter((p[i] for p in order), np.int64, n)
+        )
+        for i, name in ((1, "src_partition"), (2, "committed_offset"))
+    )
+    if not same:
+        raise ValueError(f"matching's {table.num_rows} rows are not the plan's {n} positions")
 
 
 def _exact_at(offsets: Mapping[TopicPartitionKey, int], index: Mapping[Position, int]) -> list[int]:
