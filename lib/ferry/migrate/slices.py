@@ -175,12 +175,11 @@ def match_in_slices(
 def collected(resolved_df: DataFrame, anchors_table: pa.Table, *extra: str) -> pa.Table:
     """Matching's rows (`matching.POSITION_COLUMNS`, then the `extra` columns, then
     `ANCHOR_ROW`) of a query over the anchors of `anchors_table` (the driver's own,
-    `ferry.migrate.plan.anchors_table`), as Arrow, in the order of that table's rows. Spark
-    sends back each row's anchor row and what it worked out; the anchor's own columns (its
-    topics, kind and hash: 70% of the bytes) are taken from the driver's table."""
+    `ferry.migrate.plan.anchors_table`), as Arrow (`in_anchor_order` puts them in that table's
+    order). Spark sends back each row's anchor row and what it worked out; the anchor's own
+    columns (its topics, kind and hash: 70% of the bytes) are taken from the driver's table."""
     worked_out = [*matching.RESULT_COLUMNS, *extra]
     rows = resolved_df.select(matching.ANCHOR_ROW, *worked_out).toArrow()
-    rows = rows.take(pc.sort_indices(rows[matching.ANCHOR_ROW]))
     at = rows[matching.ANCHOR_ROW]
     own = anchors_table.select(matching.ANCHOR_RESULT_COLUMNS).take(at)
     return pa.Table.from_arrays(
@@ -195,9 +194,8 @@ def in_anchor_order(tables: Sequence[pa.Table], anchors: int) -> pa.Table:
     anchors are the positions in the order the plan listed them, so the plan knows which row
     is a position's before matching ends (`ferry.migrate.model.PositionRows`). Anything but
     one row per anchor is an error, never a plan."""
-    table = pa.concat_tables(tables) if len(tables) != 1 else tables[0]
-    if len(tables) > 1:
-        table = table.take(pc.sort_indices(table[matching.ANCHOR_ROW]))
+    table = pa.concat_tables(tables)
+    table = table.take(pc.sort_indices(table[matching.ANCHOR_ROW]))
     at = table[matching.ANCHOR_ROW].to_numpy()
     if len(at) != anchors or not np.array_equal(at, np.arange(anchors, dtype=at.dtype)):
         raise RuntimeError(f"matching gave {len(at)} rows for {anchors} anchor positions")
