@@ -24,8 +24,6 @@ from ferry.cli import (
     ArgumentParser,
     Progress,
     add_common_arguments,
-    emit_json_lines,
-    emit_rows,
     exit_process,
     parse_span,
     print_summary,
@@ -33,7 +31,6 @@ from ferry.cli import (
 )
 from ferry.config import load_config, require
 from ferry.groups.selection import require_groups
-from ferry.output import stdout_held_until
 from ferry.session import start_session
 from ferry.write import rollback
 from ferry.write.ledger import Ledger, new_run_id
@@ -130,15 +127,7 @@ def main(argv: list[str]) -> int:
     if args.export_dir:
         paths = migrate.export_csv(plan, decisions, args.export_dir)
         progress(f"exported {len(paths)} CSV files to {args.export_dir}")
-    with stdout_held_until(recorded):  # every plan shown is on record
-        if args.output == "json":
-            emit_json_lines(migrate.output_json(plan, decisions, counts))
-        else:
-            emit_rows(
-                lambda: migrate.output_rows(plan, decisions, counts),
-                migrate.OUTPUT_COLUMNS,
-                args.output,
-            )
+    migrate.emit_plan(plan, decisions, counts, args.output, recorded)
     lines, total = migrate.summary(plan, decisions, args.execute, ledger)
     for line in lines:
         print(line, file=sys.stderr)

@@ -30,10 +30,11 @@ TINY_DRIVER = ["--driver-memory", "48m", "--conf", "spark.testing.reservedMemory
 SHIFT = 5  # the destination holds records[SHIFT:]
 
 
-def _submit(*args: str, log_dir) -> subprocess.CompletedProcess:  # noqa: ANN001
+def _submit(*args: str, log_dir, grace_s: float) -> subprocess.CompletedProcess:  # noqa: ANN001
+    env = {**os.environ, "FERRY_LOG_DIR": str(log_dir), "FERRY_OOM_GRACE_S": str(grace_s)}
     return subprocess.run(
         [str(ROOT / "spark-submit.sh"), *args], capture_output=True, text=True, timeout=240,
-        check=False, cwd=ROOT, env={**os.environ, "FERRY_LOG_DIR": str(log_dir)},
+        check=False, cwd=ROOT, env=env,
     )  # fmt: skip
 
 
@@ -70,8 +71,10 @@ def test_migrate_out_of_driver_memory_ends_in_one_line_and_writes_nothing(
     before = {g: committed(dst, g) for g in groups}
     config = write_migrate_config(tmp_path, src, dst, unique)
 
+    # A 48 MiB driver's JVM usually stops answering after its OutOfMemoryError, and the run is
+    # ended by ferry.driver_watch: a grace of 10 s, not the default 60, either way one line.
     result = _submit(*TINY_DRIVER, "migrate", "--config", config, "--execute",
-                     log_dir=tmp_path / "logs")  # fmt: skip
+                     log_dir=tmp_path / "logs", grace_s=10)  # fmt: skip
 
     _assert_one_line(result, "error: Spark ran out of memory in the driver", "OutOfMemoryError",
                      "--driver-memory", "--group")  # fmt: skip

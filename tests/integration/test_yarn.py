@@ -164,7 +164,8 @@ def world(src, dst, prefix: str) -> dict[str, dict]:  # noqa: ANN001
 def test_cluster_mode_migrate_with_its_ledger_on_hdfs(yarn, clusters, unique, tmp_path):
     """Cluster mode: the config shipped as typed, the environment localized by YARN, the ledger
     on HDFS; exit 75 (a group left PENDING) and the JSON plan reach the submitting console.
-    The next run (client mode) reads the ledger back from HDFS."""
+    The next run (client mode) reads the ledger back from HDFS; a dry run (cluster mode)
+    holds its plan until its record is on HDFS, and the plan reaches the console whole."""
     src, dst = clusters
     want = world(src, dst, unique)
     ledger = f"{yarn.fs}/ferry/{unique}/ledger"
@@ -185,6 +186,15 @@ def test_cluster_mode_migrate_with_its_ledger_on_hdfs(yarn, clusters, unique, tm
     assert again.returncode == 75, again.stderr
     statuses = {r["group"]: r["group_status"] for r in json.loads(again.stdout)}
     assert statuses == {f"{unique}-g": "ALREADY_MIGRATED", f"{unique}-p": "PENDING"}
+
+    # A dry run in cluster mode: its plan is held until its record is on HDFS, then written
+    # into the result file's copy of stdout, whole.
+    dry = submit(yarn, tmp_path, "--delta", "migrate", "--config", str(config), "-o", "json")
+    assert dry.returncode == 75, dry.stderr
+    rows = json.loads(dry.stdout)
+    assert len(rows) == len(json.loads(again.stdout))
+    assert {r["group"]: r["group_status"] for r in rows} == statuses
+    assert "dry run" in dry.stderr and f"ledger {ledger} " in dry.stderr, dry.stderr
 
     # audit on YARN (cluster mode), its history table on HDFS: the migrated group is exact.
     audit_path = f"{yarn.fs}/ferry/{unique}/audit"

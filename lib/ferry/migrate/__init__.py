@@ -31,6 +31,7 @@ _HOMES = {
     "decide": "ferry.migrate.decision",
     "discover": "ferry.migrate.discover",
     "dry_run_differences": "ferry.migrate.load",
+    "emit_plan": "ferry.migrate.load",
     "exit_code": "ferry.migrate.decision",
     "export_csv": "ferry.migrate.load",
     "ledger_rows": "ferry.migrate.load",

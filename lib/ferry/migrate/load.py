@@ -21,7 +21,15 @@ from ferry.migrate.difference import count_records
 from ferry.migrate.ledger_table import PlanTables
 from ferry.migrate.model import Plan
 from ferry.migrate.spans import Count, Span, row_span, signed_difference
-from ferry.output import WRITE_ROWS, json_fields_array, json_fields_of_columns, json_row
+from ferry.output import (
+    WRITE_ROWS,
+    emit_json_lines,
+    emit_rows,
+    json_fields_array,
+    json_fields_of_columns,
+    json_row,
+    stdout_held_until,
+)
 from ferry.session import in_background
 from ferry.status import DONE_STATUSES, RETRY_STATUSES, GroupStatus
 from ferry.write import commit
@@ -207,6 +215,23 @@ def output_json(
             batch, size = [], 0
     if batch:
         yield from fields.rows(plan, decisions, batch)  # type: ignore[union-attr]
+
+
+def emit_plan(
+    plan: Plan,
+    decisions: Mapping[str, GroupDecision],
+    counts: Mapping[Span, Count] | None,
+    fmt: str,
+    recorded: Callable[[], object] | None = None,
+) -> None:
+    """Print the plan to stdout as `fmt` (table, csv or json lines). `recorded`: a dry run's
+    wait for its ledger record (`record_dry_run`): the plan is held until it returns and
+    never shown when it fails, so every plan shown is on record."""
+    with stdout_held_until(recorded):
+        if fmt == "json":
+            emit_json_lines(output_json(plan, decisions, counts))
+        else:
+            emit_rows(lambda: output_rows(plan, decisions, counts), OUTPUT_COLUMNS, fmt)
 
 
 class _PositionTexts:
