@@ -7,7 +7,9 @@ result file on storage both sides reach (`$FERRY_RESULT`, a Hadoop filesystem UR
 s3a://, file:// on a shared mount); the job writes its exit code, its one-line message and
 everything it printed there as it ends (`record`), and spark-submit.sh, once the application
 has ended, reads it back (`python -m ferry.result read URI`), prints stdout and stderr where
-client mode would and exits with the job's own code.
+client mode would and exits with the job's own code. It deletes the file in the background (a
+Hadoop filesystem's client is a JVM to start: 2-3 s the run need not wait for); a file left by
+a deletion cut short is removed by a later job writing its own beside it (`STALE_MS`).
 
 The file is JSON: {"code": int, "stdout": str, "stderr": str}. It is written through the
 driver JVM's Hadoop filesystem (the one the ledger is written with) under a temporary name and
@@ -27,6 +29,9 @@ from pathlib import Path
 from typing import TextIO
 
 RESULT_ENV = "FERRY_RESULT"
+# A result file this old is one whose deletion was cut short (spark-submit.sh deletes each in
+# the background once read): the next job that writes one beside it removes it.
+STALE_MS = 24 * 3600 * 1000
 
 
 class _Tee(io.TextIOBase):
@@ -90,6 +95,24 @@ def _write(uri: str, data: bytes) -> None:
     fs.delete(target, False)
     if not fs.rename(tmp, target):
         raise OSError(f"could not rename {tmp} to {target}")
+    try:
+        _remove_stale(jvm, fs, target)
+    except Exception:  # noqa: BLE001 - the run's result is written; this is housekeeping
+        pass
+
+
+def _remove_stale(jvm, fs, target) -> None:  # noqa: ANN001 - Py4J objects
+    """Remove the result files beside `target` older than `STALE_MS`."""
+    cutoff = jvm.java.lang.System.currentTimeMillis() - STALE_MS
+    for status in fs.listStatus(target.getParent()):
+        name = status.getPath().getName()
+        if (
+            name.startswith("ferry-")
+            and name.endswith(".json")
+            and status.isFile()
+            and status.getModificationTime() < cutoff
+        ):
+            fs.delete(status.getPath(), False)
 
 
 def fs_shell(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:

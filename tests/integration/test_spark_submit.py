@@ -404,6 +404,26 @@ def test_a_job_runs_through_spark_submit(cluster, unique, tmp_path):
     assert "Traceback" not in bad.stderr
 
 
+def test_a_result_file_is_written_whole_and_stale_ones_beside_it_are_removed(spark, tmp_path):
+    """A cluster-mode driver writes its result through the JVM's Hadoop filesystem, and removes
+    the result files beside it older than a day (left by a deletion cut short); a newer one,
+    being read, and files that are not results stay."""
+    from ferry import result
+
+    results = tmp_path / "results"
+    results.mkdir()
+    day = 86400
+    for name, age_s in (("ferry-migrate-a.json", 2 * day), ("ferry-audit-b.json", day - 600),
+                        ("notes.json", 3 * day)):  # fmt: skip
+        path = results / name
+        path.write_text("{}")
+        os.utime(path, (time.time() - age_s, time.time() - age_s))
+    result._write(f"file://{results}/ferry-migrate-c.json", b'{"code": 75}')
+    names = sorted(p.name for p in results.iterdir() if not p.name.startswith("."))
+    assert names == ["ferry-audit-b.json", "ferry-migrate-c.json", "notes.json"]
+    assert json.loads((results / "ferry-migrate-c.json").read_text()) == {"code": 75}
+
+
 def test_a_direct_session_logs_spark_to_the_file_it_names(spark):
     """Tests and notebooks build their session without spark-submit.sh: Spark's logging goes to
     the file build_session puts in FERRY_LOG_FILE, where cli.py names it."""

@@ -2,6 +2,8 @@
 build/ferry-env.tar.gz on the cluster's filesystem as
 /user/$USER/.ferry/env/ferry-env-<sha256>.tar.gz when it is missing and names that copy in
 --archives, so spark-submit uploads it with no job, and a second submit uploads nothing.
+Each run's result file (cluster mode) is deleted once read, and one left by a deletion cut
+short is removed by a later job.
 Against a real single-node YARN + HDFS (`ferry.testing.yarn`). Run by `make test-cluster`.
 """
 
@@ -11,6 +13,7 @@ import hashlib
 import json
 import os
 import textwrap
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -54,6 +57,12 @@ def test_a_second_submit_uploads_the_environment_no_more(
     commit_offsets(cluster.config, group, {(topic, 0): 2})
     config = tmp_path / "groups.yaml"
     config.write_text(textwrap.dedent(f"cluster:\n  bootstrap.servers: {cluster.bootstrap}\n"))
+    # A result file whose deletion was cut short two days ago: a job writing its own removes it.
+    results = f"/user/{user}/.ferry/results"
+    stale = f"{results}/ferry-groups-{unique}-stale.json"
+    hdfs(yarn, "-mkdir", "-p", results)
+    two_days_ago = time.strftime("%Y%m%d:%H%M%S", time.localtime(time.time() - 2 * 86400))
+    hdfs(yarn, "-touch", "-m", "-t", two_days_ago, stale)
     runs = []
     for _ in range(2):
         # Spark's own uploads for the application kept where the test can list them.
@@ -79,3 +88,8 @@ def test_a_second_submit_uploads_the_environment_no_more(
     staged = [x.split()[-1] for x in hdfs(yarn, "-ls", "-R", staging).splitlines()]
     assert sum(p.endswith("/ferry-lib.zip") for p in staged) == 2, staged
     assert not [p for p in staged if "ferry-env" in p], staged
+    # Each run's result file is deleted once read (in the background), the stale one by a job.
+    deadline = time.monotonic() + 60
+    while left := [x for x in hdfs(yarn, "-ls", results).splitlines() if x.endswith(".json")]:
+        assert time.monotonic() < deadline, left
+        time.sleep(1)
