@@ -426,12 +426,8 @@ if [ -n "$RESULT_URI" ]; then
     app="$(grep -o 'application_[0-9]*_[0-9]*' "$LOG_FILE" 2>/dev/null | tail -1 || true)"
     die "the application${app:+ $app} ended without recording Ferry's result (spark-submit exited $submit_code; see $LOG_FILE)" 1
   fi
-  # Deleting it on a Hadoop filesystem starts a JVM (2-3 s): left to run in the background,
-  # detached from the console; a file it leaves is removed by a later job (lib/ferry/result.py).
-  case "$RESULT_URI" in
-    file:*) PYTHONPATH="$ROOT/lib" "$PY" -m ferry.result delete "$RESULT_URI" >/dev/null 2>&1 || true ;;
-    *) (PYTHONPATH="$ROOT/lib" exec "$PY" -m ferry.result delete "$RESULT_URI" </dev/null >/dev/null 2>&1 &) ;;
-  esac
+  # (on a Hadoop filesystem the deletion goes on in the background: lib/ferry/result.py)
+  PYTHONPATH="$ROOT/lib" "$PY" -m ferry.result delete "$RESULT_URI" >/dev/null 2>&1 || true
   exit "$result_code"
 fi
 # --- end of cluster deploy mode's wait

@@ -7,9 +7,10 @@ result file on storage both sides reach (`$FERRY_RESULT`, a Hadoop filesystem UR
 s3a://, file:// on a shared mount); the job writes its exit code, its one-line message and
 everything it printed there as it ends (`record`), and spark-submit.sh, once the application
 has ended, reads it back (`python -m ferry.result read URI`), prints stdout and stderr where
-client mode would and exits with the job's own code. It deletes the file in the background (a
-Hadoop filesystem's client is a JVM to start: 2-3 s the run need not wait for); a file left by
-a deletion cut short is removed by a later job writing its own beside it (`STALE_MS`).
+client mode would and exits with the job's own code. It deletes the file (`delete URI`), on a
+Hadoop filesystem in the background (its client is a JVM to start: 2-3 s the run need not
+wait for); a file left by a deletion cut short is removed by a later job writing its own
+beside it (`STALE_MS`).
 
 The file is JSON: {"code": int, "stdout": str, "stderr": str}. It is written through the
 driver JVM's Hadoop filesystem (the one the ledger is written with) under a temporary name and
@@ -29,8 +30,8 @@ from pathlib import Path
 from typing import TextIO
 
 RESULT_ENV = "FERRY_RESULT"
-# A result file this old is one whose deletion was cut short (spark-submit.sh deletes each in
-# the background once read): the next job that writes one beside it removes it.
+# A result file this old is one whose deletion was cut short (`delete` leaves it to a Hadoop
+# client running on its own): the next job that writes one beside it removes it.
 STALE_MS = 24 * 3600 * 1000
 
 
@@ -117,6 +118,12 @@ def _remove_stale(jvm, fs, target) -> None:  # noqa: ANN001 - Py4J objects
 
 def fs_shell(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
     """Hadoop's FsShell from the installed PySpark's jars, with $HADOOP_CONF_DIR's settings."""
+    return subprocess.run(
+        _fs_shell_command(*args), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def _fs_shell_command(*args: str) -> list[str]:
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
@@ -129,11 +136,8 @@ def fs_shell(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
     if extra:
         cp.append(extra)
     java = Path(os.environ["JAVA_HOME"]) / "bin" / "java" if os.environ.get("JAVA_HOME") else "java"
-    return subprocess.run(
-        [str(java), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", os.pathsep.join(cp),
-         "org.apache.hadoop.fs.FsShell", *args],
-        capture_output=True, text=True, timeout=timeout_s, check=False,
-    )  # fmt: skip
+    return [str(java), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", os.pathsep.join(cp),
+            "org.apache.hadoop.fs.FsShell", *args]  # fmt: skip
 
 
 def _local(uri: str) -> Path:
@@ -163,8 +167,12 @@ def main(argv: list[str]) -> int:
     if argv[0] == "delete":
         if argv[1].startswith("file:"):
             _local(argv[1]).unlink(missing_ok=True)
-        else:
-            fs_shell("-rm", "-f", "-skipTrash", argv[1])
+        else:  # a JVM to start (2-3 s): left to run on its own, the run does not wait for it
+            subprocess.Popen(
+                _fs_shell_command("-rm", "-f", "-skipTrash", argv[1]),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
         return 0
     result = read(argv[1])
     if result is None:
