@@ -75,7 +75,8 @@ test-slow: install
 # in cluster and client mode (tests/integration/test_yarn.py), and the packaged environment on
 # an older node: a Debian bullseye root filesystem (glibc 2.31) made with debootstrap, installed
 # here when missing (as root), with a CPython built inside it once, both kept in ~/.cache/ferry
-# (tests/integration/test_old_glibc.py; 10-15 min the first time on 2 cores).
+# (tests/integration/test_old_glibc.py; the first time: 2.5 min on an idle 2-core machine on
+# 2026-11-30, 10-15 min measured on an earlier one).
 test-cluster: package
 	@command -v debootstrap >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q debootstrap; }
 	$(PY) -m ferry.testing.artifacts hadoop
