@@ -16,6 +16,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyspark
 import pytest
 import yaml
 
@@ -524,6 +525,22 @@ def test_spark_submits_own_options_keep_their_meaning(tmp_path):
     (tmp_path / "spark-defaults.conf").write_text(f"spark.jars.packages={USER_PACKAGE}\n")
     defaults = printed_with({"SPARK_CONF_DIR": str(tmp_path)}, "--delta", "groups", "list")
     assert defaults.option("--packages") == f"{USER_PACKAGE},{delta}"
+
+    # Delta's dependencies that Spark ships newer are excluded (never loaded: Spark's come
+    # first), joined to the user's exclusions; without --delta the user's pass as given
+    spark_jars = {p.name for p in (Path(pyspark.__file__).parent / "jars").iterdir()}
+    ours = printed("--delta", "groups", "list").option("--exclude-packages").split(",")
+    assert "org.apache.hadoop:hadoop-client-runtime" in ours and "org.slf4j:slf4j-api" in ours
+    assert all(any(j.startswith(c.split(":")[1] + "-") for j in spark_jars) for c in ours), ours
+    assert not any(c.startswith("io.delta:") for c in ours)
+    mine = printed("--exclude-packages", "a.b:c", "--delta", "groups", "list")
+    assert mine.option("--exclude-packages").split(",") == ["a.b:c", *ours]
+    assert mine.argv.count("--exclude-packages") == 1
+    conf = printed("--conf", "spark.jars.excludes=a.b:c", "--delta", "groups", "list")
+    assert conf.option("--exclude-packages").split(",") == ["a.b:c", *ours]
+    plain = printed("--exclude-packages", "a.b:c", "groups", "list")
+    assert plain.option("--exclude-packages") == "a.b:c"
+    assert printed("groups", "list").option("--exclude-packages") is None
 
     flags = printed("--verbose", "--supervise", "groups", "list", "--verbose")
     job = flags.argv.index(f"{ROOT}/jobs/groups.py")
