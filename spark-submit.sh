@@ -298,7 +298,8 @@ coords = users("FERRY_USER_PACKAGES", "FERRY_USER_CONF_PACKAGES", "spark.jars.pa
 print(",".join(coords + [c for c in ferry if c not in coords]))
 # delta-spark's dependencies (4.x) that a Spark distribution may ship, excluded only where
 # this Spark's jars directory has them
-shipped = {re.sub(r"-\d[^/]*\.jar$", "", f) for f in os.listdir(os.path.join(spark_home(), "jars"))}
+jars = os.path.join(spark_home(), "jars")
+shipped = {re.sub(r"-\d[^/]*\.jar$", "", f) for f in (os.listdir(jars) if os.path.isdir(jars) else [])}
 candidates = [
     "org.slf4j:slf4j-api", "org.apache.logging.log4j:log4j-slf4j2-impl",
     "org.apache.logging.log4j:log4j-api", "org.apache.logging.log4j:log4j-core",
