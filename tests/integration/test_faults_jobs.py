@@ -25,6 +25,8 @@ from ferry import kafka
 from ferry.testing.brokers import start_broker
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.proxy import (
+    API_CONSUMER_GROUP_DESCRIBE,
+    API_DESCRIBE_GROUPS,
     API_FETCH,
     API_LIST_GROUPS,
     API_LIST_OFFSETS,
@@ -85,11 +87,11 @@ def tp(world, key: tuple[str, int]) -> tuple[str, int]:
     return world["topics"][key[0]], key[1]
 
 
-def write_config(broker, tmp_path: Path) -> str:
+def write_config(broker, tmp_path: Path, attempt_ms: int = 2000) -> str:
     config = {
         "cluster": {"bootstrap.servers": broker.bootstrap},
         "reader": {"timeout_ms": TIMEOUT_MS},
-        "admin": {"timeout_ms": 2000, "retry_ms": RETRY_MS},
+        "admin": {"timeout_ms": attempt_ms, "retry_ms": RETRY_MS},
         "ledger": {"path": str(tmp_path / "ledger")},
         "history": {"path": str(tmp_path / "history")},
         "offsets": {
@@ -238,9 +240,46 @@ def test_groups_describe_survives_dropped_connections(broker, world, tmp_path, u
         assert described[group]["lag"] == sum(log_end(world, k) - o for k, o in offsets.items())
 
 
-def test_groups_describe_cluster_gone(broker, world, tmp_path, unique):
+def test_groups_describe_survives_requests_lost_while_the_cluster_answers(
+    broker, world, tmp_path, unique
+):
+    """The first group describe and the first offset fetch the job sends go unanswered, on a
+    connection that stays open, and one attempt (`admin.timeout_ms`) is as long as the silence
+    a cluster gone for good is allowed: the cluster still answers a fresh client, so the
+    requests are sent again and the job ends as without faults. (Two runs starting together
+    on a fresh destination met this in CI: one describe was not answered for ten seconds, and
+    the run gave up.)"""
+    groups = stopped_groups(broker, world, unique)
+    config = write_config(broker, tmp_path, attempt_ms=TIMEOUT_MS)
+    # librdkafka describes with ConsumerGroupDescribe, then DescribeGroups for a classic
+    # group; once in a whole-suite run it sent DescribeGroups alone: whichever comes first.
+    fired = armed(
+        broker,
+        (API_CONSUMER_GROUP_DESCRIBE, "hang"),
+        (API_DESCRIBE_GROUPS, "hang"),
+        (API_OFFSET_FETCH, "hang"),
+    )
+    job, *argv = groups_job(config, "describe", "--group", f"{unique}-.*", "-o", "json")
+    result = run_job(job, *argv)
+    is_describe_lost = fired[0].is_set() or fired[1].is_set()
+    assert is_describe_lost and fired[2].is_set(), ("a fault was not staged", result.stderr)
+    assert result.code == 0, result.stderr
+    described = {g["group"]: g for g in json.loads(result.stdout)}
+    assert set(described) == set(groups)
+    for group, offsets in groups.items():
+        rows = {
+            (r["topic"], r["partition"]): r["committed_offset"]
+            for r in described[group]["partitions"]
+        }
+        assert rows == offsets, group
+
+
+@pytest.mark.parametrize("attempt_ms", [2000, TIMEOUT_MS], ids=["attempts", "one-attempt"])
+def test_groups_describe_cluster_gone(broker, world, tmp_path, unique, attempt_ms):
+    # With one attempt as long as the silence allowed too: the cluster's own answer is asked
+    # for within that silence, not after it.
     stopped_groups(broker, world, unique)
-    config = write_config(broker, tmp_path)
+    config = write_config(broker, tmp_path, attempt_ms)
     [cut] = armed(broker, (API_OFFSET_FETCH, "cut"))
     result, after_s = run_timed(cut, *groups_job(config, "describe", "--group", f"{unique}-.*"))
     assert_failed_naming_cluster(broker, result, after_s)

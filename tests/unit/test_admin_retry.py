@@ -26,11 +26,19 @@ class FakeCluster:
     timeout_s: float = 30.0
     renewed: int = 0
     clients: list[object] = field(default_factory=list)
+    is_there: bool = False  # what `answers` says: whether the cluster answers anything at all
+    asked: list[float] = field(default_factory=list)  # each `answers` call's wait
 
     def admin(self) -> object:
         if not self.clients or self.clients[-1] is None:
             self.clients.append(object())
         return self.clients[-1]
+
+    def answers(self, wait_s: float) -> bool:
+        self.asked.append(wait_s)
+        if not self.is_there:
+            time.sleep(wait_s)  # a cluster that is gone lets the question time out
+        return self.is_there
 
     def renew_admin(self) -> None:
         self.renewed += 1
@@ -155,6 +163,31 @@ def test_a_cluster_that_answers_nothing_fails_after_the_read_timeout_not_the_bud
     took = time.monotonic() - started
     assert answers == {} and took < cluster.timeout_s + 0.5, took
     assert str(errors["a"]) == "cluster (h:9092): a failed (no answer for 1s): boom"
+    # Asked once whether it answers at all, within the silence allowed: a third of it.
+    assert cluster.asked == [cluster.timeout_s / 3]
+
+
+def test_requests_unanswered_while_the_cluster_answers_keep_the_budget():
+    # Each attempt times out, and one attempt is as long as the silence allowed (a coordinator
+    # starved on a fresh destination, a request lost on a connection that stays open); but the
+    # cluster answers when asked, so the keys are sent again, well past the silence.
+    cluster, sent = FakeCluster(attempt_s=1.0, timeout_s=1.0, retry_s=10.0, is_there=True), []
+    outcomes = {"g": [error(KafkaError._TIMED_OUT)] * 3 + ["G"]}
+    started = time.monotonic()
+    answers, errors = retry_each(cluster, str, ["g"], scripted(outcomes, sent))
+    assert answers == {"g": "G"} and not errors
+    assert sent == [["g"]] * 4 and cluster.renewed == 3 and len(cluster.asked) >= 1
+    assert time.monotonic() - started < cluster.retry_s
+
+
+def test_requests_unanswered_while_the_cluster_answers_end_with_the_budget():
+    cluster = FakeCluster(attempt_s=0.3, timeout_s=0.3, retry_s=1.5, is_there=True)
+    outcomes = {"g": [error(KafkaError._TIMED_OUT, "no answer")] * 50}
+    started = time.monotonic()
+    _, errors = retry_each(cluster, str, ["g"], scripted(outcomes, []))
+    took = time.monotonic() - started
+    assert str(errors["g"]) == "cluster (h:9092): g failed (retried for 1.5s): no answer", took
+    assert 1.0 < took < 2.0, took
 
 
 def test_a_cluster_that_answers_not_yet_keeps_the_whole_budget():

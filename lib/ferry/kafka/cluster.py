@@ -136,6 +136,21 @@ class Cluster:
         process (`ferry.kafka.isolated`)."""
         return dataclasses.replace(self)
 
+    def answers(self, wait_s: float) -> bool:
+        """Whether the cluster answers anything within `wait_s` (a DescribeCluster on the
+        current AdminClient; any answer counts, a refusal or an unsupported request too): told
+        apart from a request of its own that went unanswered, a cluster that is there is not
+        taken for gone. A client left unanswered is dropped, as after any timeout."""
+        from ferry.kafka.failures import needs_fresh_client
+
+        try:
+            self.admin().describe_cluster(request_timeout=wait_s).result(timeout=wait_s + 0.5)
+        except Exception as exc:  # noqa: BLE001 - classified: only a silence is "no"
+            if needs_fresh_client(exc):
+                self.renew_admin()
+                return False
+        return True
+
     def renew_admin(self) -> None:
         """Drop the AdminClient; the next call builds a fresh one (new connections).
 

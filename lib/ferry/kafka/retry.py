@@ -3,14 +3,15 @@
 The items that failed on a transient error (`ferry.kafka.failures`: timeouts, transport
 failures, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, leaders not found after dropped
 connections, ...) are retried with exponential backoff (0.2 s doubling to 5 s), each attempt
-bounded by `admin.timeout_ms`, all attempts by `admin.retry_ms`. After a transport failure or
-a timeout the next attempt uses a fresh AdminClient: a long-lived client that lost its
-connections can keep timing out (or lack every partition leader) while a new one is answered
-at once. Bulk calls can also report failures per group (`errors=`), so one group that cannot
-be described or read does not fail the others. A request that must not be re-sent blindly (a
-commit) is re-checked before each retry (`recheck=`). `Backoff` is that schedule on its own,
-for the one retry that is not an admin request: the worker process that crashed
-(`ferry.kafka.isolated`).
+bounded by `admin.timeout_ms`, all attempts by `admin.retry_ms` — or by `reader.timeout_ms`
+when the cluster answers nothing at all, not even a fresh client's DescribeCluster. After a
+transport failure or a timeout the next attempt uses a fresh AdminClient: a long-lived
+client that lost its connections can keep timing out (or lack every partition leader) while
+a new one is answered at once. Bulk calls can also report failures per group (`errors=`), so
+one group that cannot be described or read does not fail the others. A request that must not
+be re-sent blindly (a commit) is re-checked before each retry (`recheck=`). `Backoff` is
+that schedule on its own, for the one retry that is not an admin request: the worker process
+that crashed (`ferry.kafka.isolated`).
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ def retry_each(
     answered nothing at all (every key lost its connection or timed out) for
     `cluster.timeout_s`, the rule reads follow: a cluster gone for good fails every call
     after `reader.timeout_ms`, while one that answers "not yet" (a coordinator moving) keeps
-    the longer budget.
+    the longer budget. Before a silence ends the call, the cluster is asked whether it answers
+    at all (`cluster.answers`, in the last third of the silence, or one attempt if shorter):
+    if it does, only these requests went unanswered, and they keep the budget too.
 
     Returns (answers, errors): a key that failed for good gets a ClusterError naming the
     cluster and `describe(key)`, the others their answers. `stop_on_fatal` gives up on every
@@ -115,6 +118,11 @@ def retry_each(
     pending = list(keys)
     backoff = Backoff(cluster.retry_s, deadline)
     silence = cluster.timeout_s
+    # The end of the silence allowed is kept for asking the cluster itself whether it is there
+    # (`cluster.answers`): a request can go unanswered while the cluster answers others (a
+    # starved coordinator on a fresh destination, a request lost on a connection that stays
+    # open), and one attempt can be as long as the whole silence allowed.
+    ask_s = min(cluster.attempt_s, silence / 3)
     last_answer = time.monotonic()  # when the cluster last answered anything
     while pending:
         failures: dict[K, BaseException] = {}
@@ -125,7 +133,7 @@ def retry_each(
         # One wait for the whole round (the futures are in flight together), never past the
         # budget (or the silence allowed) by more than a moment.
         now = time.monotonic()
-        limit = min(backoff.deadline, last_answer + silence)
+        limit = min(backoff.deadline, last_answer + silence - ask_s)
         round_end = now + min(cluster.attempt_s + 1, max(limit - now, 0.5))
         for key, future in futures.items():
             try:
@@ -148,7 +156,13 @@ def retry_each(
         if not failures:
             break
         stop = bool(fatal) and stop_on_fatal
-        is_silent = is_unanswered and time.monotonic() + backoff.delay > last_answer + silence
+        is_silent = (
+            is_unanswered and time.monotonic() + backoff.delay > last_answer + silence - ask_s
+        )
+        if is_silent and not stop and (not backoff.fits() or cluster.answers(ask_s)):
+            # the cluster is there (only these requests went unanswered), or the budget is
+            # spent anyway: that is what ends the call then
+            last_answer, is_silent = time.monotonic(), False
         if not stop and not is_silent and backoff.wait():
             if recheck is not None:
                 answered, settled = recheck(failures)
