@@ -25,8 +25,6 @@ from ferry import kafka
 from ferry.testing.brokers import start_broker
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 from ferry.testing.proxy import (
-    API_CONSUMER_GROUP_DESCRIBE,
-    API_DESCRIBE_GROUPS,
     API_FETCH,
     API_LIST_GROUPS,
     API_LIST_OFFSETS,
@@ -243,26 +241,21 @@ def test_groups_describe_survives_dropped_connections(broker, world, tmp_path, u
 def test_groups_describe_survives_requests_lost_while_the_cluster_answers(
     broker, world, tmp_path, unique
 ):
-    """The first group describe and the first offset fetch the job sends go unanswered, on a
-    connection that stays open, and one attempt (`admin.timeout_ms`) is as long as the silence
-    a cluster gone for good is allowed: the cluster still answers a fresh client, so the
-    requests are sent again and the job ends as without faults. (Two runs starting together
-    on a fresh destination met this in CI: one describe was not answered for ten seconds, and
-    the run gave up.)"""
-    groups = stopped_groups(broker, world, unique)
+    """The job's first offset fetch goes unanswered, on a connection that stays open, and one
+    attempt (`admin.timeout_ms`) is as long as the silence a cluster gone for good is allowed:
+    the cluster still answers a fresh client, so the fetch is sent again and the job ends as
+    without faults. (Two runs starting together on a fresh destination met this in CI: one
+    group describe, sent before the fetch, was not answered for ten seconds, and the run gave
+    up. The describes are not staged here: the jobs of this module share one worker process,
+    which describes a coordinator once, so whether a run sends one depends on the tests before
+    it; the fetch is always sent, through the same retry loop.)"""
+    # One group: one fetch, so the lost one is all the call sends (as the describe was).
+    groups = dict(list(stopped_groups(broker, world, unique).items())[:1])
     config = write_config(broker, tmp_path, attempt_ms=TIMEOUT_MS)
-    # librdkafka describes with ConsumerGroupDescribe, then DescribeGroups for a classic
-    # group; once in a whole-suite run it sent DescribeGroups alone: whichever comes first.
-    fired = armed(
-        broker,
-        (API_CONSUMER_GROUP_DESCRIBE, "hang"),
-        (API_DESCRIBE_GROUPS, "hang"),
-        (API_OFFSET_FETCH, "hang"),
-    )
-    job, *argv = groups_job(config, "describe", "--group", f"{unique}-.*", "-o", "json")
+    [lost] = armed(broker, (API_OFFSET_FETCH, "hang"))
+    job, *argv = groups_job(config, "describe", "--group", f"{next(iter(groups))}$", "-o", "json")
     result = run_job(job, *argv)
-    is_describe_lost = fired[0].is_set() or fired[1].is_set()
-    assert is_describe_lost and fired[2].is_set(), ("a fault was not staged", result.stderr)
+    assert lost.is_set(), ("the fault was not staged", result.stderr)
     assert result.code == 0, result.stderr
     described = {g["group"]: g for g in json.loads(result.stdout)}
     assert set(described) == set(groups)
