@@ -159,10 +159,12 @@ def retry_each(
         is_silent = (
             is_unanswered and time.monotonic() + backoff.delay > last_answer + silence - ask_s
         )
-        if is_silent and not stop and (not backoff.fits() or cluster.answers(ask_s)):
-            # the cluster is there (only these requests went unanswered), or the budget is
-            # spent anyway: that is what ends the call then
-            last_answer, is_silent = time.monotonic(), False
+        if is_silent and not stop:
+            if not backoff.fits():
+                is_silent = False  # the budget ends the call before the silence would
+            elif cluster.answers(ask_s):
+                # the cluster is there: only these requests went unanswered
+                last_answer, is_silent = time.monotonic(), False
         if not stop and not is_silent and backoff.wait():
             if recheck is not None:
                 answered, settled = recheck(failures)
