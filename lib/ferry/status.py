@@ -128,6 +128,8 @@ class GroupStatus(_Named):
     UNRESOLVED = "UNRESOLVED"
     FAILED = "FAILED"
     UNKNOWN = "UNKNOWN"  # sent, but whether it landed could not be learned
+    # a checkpoint position below the source's log start: records lost before it was read
+    DATA_LOSS = "DATA_LOSS"
     # a rollback's (docs/jobs/migrate.md#rollback)
     RESTORED = "RESTORED"  # written back to the offsets it had before the run
     ALREADY_RESTORED = "ALREADY_RESTORED"  # found at them (an earlier try, or never written)

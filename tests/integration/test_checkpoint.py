@@ -425,9 +425,12 @@ def test_a_batch_that_appears_during_the_run_stops_it_before_any_write(
     assert phases["intent"] == 4 and phases["outcome"] == 0, phases
 
 
-def test_a_run_stopped_between_its_files_is_refused_and_rolled_back(copied_topic, tmp_path):
-    """A run killed after rewriting offsets/5 and before offsets/4: the next run refuses the
-    mixed checkpoint; the rollback puts offsets/5 back and leaves offsets/4 as it is."""
+def test_a_run_stopped_between_its_files_is_finished_by_the_next_and_rolled_back(
+    copied_topic, tmp_path
+):
+    """A run killed after rewriting offsets/5 and before offsets/4: the next run finishes it
+    (offsets/4 gets the killed run's translation, offsets/5 is left alone: never translated
+    twice), and the run after that finds it done; the rollback puts both originals back."""
     topic, config = copied_topic
     path = spark_checkpoint(tmp_path / "cp", topic)
     before = offsets_files(path)
@@ -435,13 +438,20 @@ def test_a_run_stopped_between_its_files_is_refused_and_rolled_back(copied_topic
         "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
     )
     assert done.code == 0, done.stderr
+    translated = offsets_files(path)
     (run,) = [p.name for p in (path / "ferry").iterdir()]
     (path / "offsets" / "4").write_bytes(before["4"])  # as if never rewritten
     (path / "offsets" / ".4.crc").unlink()
     again = run_job(
         "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
     )
-    assert again.code == 1 and f"names destination topic(s) copy.{topic}" in again.stderr
+    assert again.code == 0, again.stderr
+    assert f"finishing run {run}, killed before its outcome" in again.stderr
+    assert offsets_files(path) == translated
+    third = run_job(
+        "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
+    )
+    assert third.code == 0 and f"ALREADY_MIGRATED by run {run}" in third.stdout, third.stderr
     back = run_job(
         "migrate", "--config", config, "--checkpoint", str(path), "--rollback", run, "--execute"
     )

@@ -1,11 +1,13 @@
 """The offset log of a Structured Streaming checkpoint as text (`ferry.checkpoint.offsets_log`):
 what Spark 4.2 writes, parsed; Kafka lines told from other sources'; the batches a translation
-needs; a rewrite that changes the translated lines only, byte for byte."""
+needs; a rewrite that changes the translated lines only, byte for byte; what earlier runs left
+(`ferry.checkpoint.runs`); the source-range checks and the restart hint."""
 
 from __future__ import annotations
 
 import pytest
 
+from ferry.checkpoint import runs
 from ferry.checkpoint.offsets_log import (
     CheckpointFormatError,
     batch_ids,
@@ -15,7 +17,10 @@ from ferry.checkpoint.offsets_log import (
     render_offsets_file,
     translated_line,
 )
-from ferry.errors import UsageError
+from ferry.checkpoint.translate import check_source_range, restart_hint
+from ferry.errors import FerryError, UsageError
+from ferry.migrate.decision import GroupDecision
+from ferry.status import GroupStatus
 
 # As Spark 4.2 wrote it for a query on a Kafka source, a rate source with no offset yet and a
 # file source (taken from a local run; the metadata line shortened).
@@ -45,14 +50,28 @@ def test_an_offsets_file_parses_into_its_header_metadata_and_sources():
         '{"sourceVersion":1,"reservoirId":"x","index":-1}',
         "-",
         '{"t":{"x":1}}',
-        '{"t":{"0":1.5}}',
         '{"t":{}}',
         "{}",
-        '{"t":{"0":true}}',
     ],
 )
 def test_lines_of_other_sources_are_not_kafka(line):
     assert kafka_offsets(line) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ('{"t":{"0":1.5}}', "t[0] has offset 1.5"),
+        ('{"t":{"0":true}}', "t[0] has offset true"),
+        ('{"t":{"0":5,"1":-2}}', "t[1] has offset -2"),
+        ('{"t":{"0":"7"}}', 't[0] has offset "7"'),
+    ],
+)
+def test_a_kafka_line_with_a_negative_or_malformed_offset_is_a_one_line_usage_error(line, says):
+    with pytest.raises(CheckpointFormatError) as err:
+        parse_offsets_file("cp/offsets/3", 3, f"v1\n{{}}\n-\n{line}".encode())
+    assert str(err.value).startswith(f"cp/offsets/3: source 1: {says}: "), err.value
+    assert isinstance(err.value, UsageError) and "\n" not in str(err.value)
 
 
 def test_a_kafka_line_with_several_topics():
@@ -108,14 +127,36 @@ def test_batch_ids_are_the_numeric_names_only():
     assert batch_ids(names) == [0, 1, 2, 10]
 
 
-def test_a_committed_newest_batch_is_translated_alone():
+def test_a_committed_newest_batch_is_translated_with_the_one_before():
+    # A DSv1 KafkaSource is asked for getBatch(offsets/2, offsets/3) on restart: both files.
     choice = choose_batches("cp", [0, 1, 2, 3], [0, 1, 2, 3])
-    assert (choice.newest, choice.is_committed, choice.batches) == (3, True, (3,))
+    assert (choice.newest, choice.is_committed, choice.batches) == (3, True, (2, 3))
+    assert "Spark reads offsets/2, offsets/3 and goes on after it" in choice.restart()
 
 
 def test_an_uncommitted_newest_batch_is_translated_with_the_one_before():
     choice = choose_batches("cp", [5, 6, 7], [5, 6])
     assert (choice.newest, choice.is_committed, choice.batches) == (7, False, (6, 7))
+    assert "batch 7 not committed: Spark runs it again from offsets/6, offsets/7" in (
+        choice.restart()
+    )
+
+
+def test_a_lone_committed_batch_is_translated_alone():
+    choice = choose_batches("cp", [0], [0])
+    assert (choice.newest, choice.is_committed, choice.batches) == (0, True, (0,))
+
+
+def test_async_progress_tracking_ids_skip_and_the_one_before_is_the_previous_in_storage():
+    # offsets 0, 2, 5 and commits 0, 2: Spark runs batch 5 again from offsets/2.
+    choice = choose_batches("cp", [0, 2, 5], [0, 2])
+    assert choice.batches == (2, 5) and not choice.is_committed
+
+
+def test_a_commit_log_lagging_further_adds_the_newest_committed_batch():
+    # A continuous query restarts at its newest committed epoch's offsets (later ones purged).
+    choice = choose_batches("cp", [3, 4, 5, 6], [3])
+    assert choice.batches == (3, 5, 6) and choice.newest_commit == 3
 
 
 def test_a_first_batch_uncommitted_or_an_empty_log_cannot_be_translated():
@@ -125,3 +166,99 @@ def test_a_first_batch_uncommitted_or_an_empty_log_cannot_be_translated():
         choose_batches("cp", [9], [8])
     with pytest.raises(CheckpointFormatError, match="no batch in offsets/"):
         choose_batches("cp", [], [])
+
+
+# ------------------------------------------------ what earlier runs left (ferry.checkpoint.runs)
+
+
+def offsets_file(line: str) -> bytes:
+    return f"v1\n{METADATA}\n{line}\n-".encode()
+
+
+ORIGINAL = {4: offsets_file('{"t":{"0":40,"1":41}}'), 5: offsets_file('{"t":{"0":50,"1":51}}')}
+# the same topic names (MirrorMaker 2's IdentityReplicationPolicy), offsets 10 lower
+TRANSLATED = {4: offsets_file('{"t":{"0":30,"1":31}}'), 5: offsets_file('{"t":{"0":40,"1":41}}')}
+
+
+def judged(files: dict[int, bytes | None], newest: int = 5) -> runs.RunFiles:
+    run = runs.RunFiles("migrate-checkpoint-x", dict(ORIGINAL), dict(TRANSLATED))
+    runs.judge(run, newest, files.get)
+    return run
+
+
+def test_a_run_whose_files_are_all_translated_is_complete():
+    assert judged(dict(TRANSLATED)).state == runs.RunState.COMPLETE
+
+
+def test_a_run_killed_between_its_files_is_partial_with_the_rest_to_write():
+    run = judged({4: ORIGINAL[4], 5: TRANSLATED[5]})
+    assert run.state == runs.RunState.PARTIAL and run.remaining == [4]
+    # with the same names, offsets/5's translation (40, 41) equals offsets/4's original:
+    # still told apart by batch, never translated twice
+    assert judged({4: TRANSLATED[4], 5: ORIGINAL[5]}).remaining == [5]
+    # killed before the first file, or inside an older Ferry's replace (file missing)
+    assert judged(dict(ORIGINAL)).remaining == [4, 5]
+    assert judged({4: None, 5: TRANSLATED[5]}).remaining == [4]
+
+
+def test_a_file_that_is_neither_original_nor_translation_is_changed():
+    run = judged({4: offsets_file('{"t":{"0":1,"1":1}}'), 5: TRANSLATED[5]})
+    assert run.state == runs.RunState.CHANGED and "offsets/4" in run.why
+
+
+def test_a_newer_batch_going_on_from_the_translation_ran_on_it():
+    newer = offsets_file('{"t":{"0":44,"1":41}}')  # at or after 40, 41 (translated)
+    assert judged({**TRANSLATED, 6: newer}, newest=6).state == runs.RunState.RAN_ON_TRANSLATION
+
+
+def test_a_newer_batch_behind_the_translation_ran_on_the_source():
+    # The query was still running on the source: batch 6 from its own 50, 51... here behind
+    # the translation on partition 1 only when the destination is ahead; write one that is.
+    translated = {
+        4: offsets_file('{"t":{"0":60,"1":61}}'),
+        5: offsets_file('{"t":{"0":70,"1":71}}'),
+    }
+    run = runs.RunFiles("r", dict(ORIGINAL), translated)
+    files = {**translated, 6: offsets_file('{"t":{"0":55,"1":52}}')}
+    runs.judge(run, 6, files.get)
+    assert run.state == runs.RunState.RAN_ON_SOURCE
+    assert run.why == "t[0] is at 55 in offsets/6, before the translated 70"
+
+
+def test_a_newer_batch_under_the_source_names_ran_on_the_source():
+    original = {5: offsets_file('{"t":{"0":50}}')}
+    translated = {5: offsets_file('{"copy.t":{"0":40}}')}
+    run = runs.RunFiles("r", original, translated)
+    runs.judge(run, 6, {**translated, 6: offsets_file('{"t":{"0":58}}')}.get)
+    assert run.state == runs.RunState.RAN_ON_SOURCE and "reads t" in run.why
+
+
+def test_positions_below_log_start_are_data_loss_and_past_log_end_are_refused():
+    sets = {"offsets/5 source 0": {("t", 0): 3, ("t", 1): 9}, "offsets/4 source 0": {("t", 0): 8}}
+    bounds = {("t", 0): (8, 100), ("t", 1): (0, 100)}
+    lost = check_source_range(sets, bounds, "cp")
+    assert list(lost) == ["offsets/5 source 0"]
+    assert "t[0] 3..7 (5)" in lost["offsets/5 source 0"]
+    assert "--allow-data-loss" in lost["offsets/5 source 0"]
+    with pytest.raises(FerryError, match=r"t\[1\] is at 9, past the source's log end 5"):
+        check_source_range(sets, {("t", 0): (0, 100), ("t", 1): (0, 5)}, "cp")
+
+
+def decisions_for(*topics: str) -> dict[str, GroupDecision]:
+    offsets = {(t, 0): 1 for t in topics}
+    return {"s": GroupDecision("s", GroupStatus.READY, None, offsets)}
+
+
+def test_the_restart_hint_names_what_a_subscribe_pattern_would_also_read():
+    dst_only = ["heartbeats", "src.checkpoints.internal", "orders-archive"]
+    lines = restart_hint(decisions_for("orders"), "d:9092", dst_only, "orders.*")
+    assert lines[0].startswith("restart the query with kafka.bootstrap.servers=d:9092")
+    assert "subscribePattern orders.* also matches orders-archive" in lines[1]
+    assert "use ^(orders)$" in lines[1]
+    missed = restart_hint(decisions_for("orders"), "d:9092", dst_only, "src\\..*")
+    assert "does not match orders" in missed[1]
+    exact = restart_hint(decisions_for("orders"), "d:9092", dst_only, "ord[e]rs")
+    assert exact[1] == "subscribePattern ord[e]rs matches exactly these topics"
+    # No pattern given: MirrorMaker 2's own topics on the destination are named.
+    plain = restart_hint(decisions_for("orders"), "d:9092", dst_only, None)
+    assert "heartbeats, src.checkpoints.internal (MirrorMaker 2's)" in plain[1]

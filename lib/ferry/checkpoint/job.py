@@ -5,6 +5,7 @@ entry point)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 
@@ -30,8 +31,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--idle",
         metavar="DURATION",
         default="60s",
-        help="--checkpoint: refuse a checkpoint whose newest batch is younger than this "
-        "(its query may still run; default 60s)",
+        help="--checkpoint: refuse a checkpoint whose newest batch or commit is younger than "
+        "this (its query may still run; default 60s)",
+    )
+    parser.add_argument(
+        "--allow-data-loss",
+        action="store_true",
+        help="--checkpoint: translate positions below the source's log start (records deleted "
+        "before the query read them), as Spark's failOnDataLoss=false would go on",
+    )
+    parser.add_argument(
+        "--subscribe-pattern",
+        metavar="REGEX",
+        help="--checkpoint: the query's subscribePattern, checked against the destination's "
+        "topics (it must match the translated topics and no other)",
     )
 
 
@@ -42,7 +55,9 @@ def is_requested(args: argparse.Namespace) -> bool:
     """--positions, --checkpoint, or the rollback of a checkpoint run (never handed to the
     groups' rollback: its ledger rows name files, not groups)."""
     is_checkpoint_run = (args.rollback or "").startswith(CHECKPOINT_RUN_PREFIX)
-    return bool(args.positions or args.checkpoint or is_checkpoint_run)
+    # and the checkpoint's own options, so that given without --checkpoint they are refused
+    is_checkpoint_option = bool(args.allow_data_loss or args.subscribe_pattern is not None)
+    return bool(args.positions or args.checkpoint or is_checkpoint_run or is_checkpoint_option)
 
 
 def main(
@@ -59,6 +74,16 @@ def main(
         raise UsageError("--positions and --checkpoint are two separate runs: give one")
     if args.positions and (args.execute or args.rollback):
         raise UsageError("--positions writes nothing: it takes no --execute or --rollback")
+    if not args.checkpoint:
+        for option in ("allow_data_loss", "subscribe_pattern"):
+            if getattr(args, option, None):
+                given = "--" + option.replace("_", "-")
+                raise UsageError(f"{given} goes with --checkpoint")
+    if args.subscribe_pattern is not None:
+        try:
+            re.compile(args.subscribe_pattern)
+        except re.error as exc:
+            raise UsageError(f"--subscribe-pattern {args.subscribe_pattern!r}: {exc}") from None
     for option in ("wait", "export_dir", "allow_rewind", "allow_active_source", "max_duplicates"):
         if getattr(args, option, None):
             given = "--" + option.replace("_", "-")
@@ -76,7 +101,15 @@ def main(
             spark, cfg, args.checkpoint, args.rollback, args.execute, args.output, progress
         )
     return translate.checkpoint_job(
-        spark, cfg, args.checkpoint, args.execute, idle_s, args.output, progress
+        spark,
+        cfg,
+        args.checkpoint,
+        args.execute,
+        idle_s,
+        args.output,
+        progress,
+        allow_data_loss=args.allow_data_loss,
+        pattern=args.subscribe_pattern,
     )
 
 
@@ -89,10 +122,10 @@ def positions_job(
 ) -> int:
     """Read the CSV (any Hadoop path), translate every line, print one row per line."""
     from ferry.checkpoint import positions
-    from ferry.checkpoint.store import HadoopStore
+    from ferry.checkpoint.store import open_store
     from ferry.kafka.cluster import Cluster
 
-    store = HadoopStore(spark, path.rsplit("/", 1)[0] if "/" in path else ".")
+    store = open_store(spark, path.rsplit("/", 1)[0] if "/" in path else ".")
     data = store.read(path.rsplit("/", 1)[-1])
     sets = positions.read_positions_csv(path, data.decode("utf-8", errors="replace"))
     src, dst = Cluster.from_config(cfg, "source"), Cluster.from_config(cfg, "destination")

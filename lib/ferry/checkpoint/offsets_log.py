@@ -47,6 +47,12 @@ class SourceLine:
     def is_kafka(self) -> bool:
         return self.kafka is not None
 
+    @property
+    def key(self) -> int | str:
+        """What names this source in output and in a rewrite: its index among the query's
+        sources."""
+        return self.index
+
 
 @dataclass(frozen=True)
 class OffsetsFile:
@@ -62,26 +68,34 @@ class OffsetsFile:
         return [s for s in self.sources if s.is_kafka]
 
 
+class KafkaLineError(ValueError):
+    """A line shaped as a Kafka source's whose offsets are not whole numbers at or above 0."""
+
+
 def kafka_offsets(text: str) -> TopicPartitionOffsets | None:
     """A source line's Kafka positions, or None when the line is not a Kafka source's: a JSON
-    object of topics, each an object of partition numbers to whole offsets. Other sources
-    (files, Delta, rate) write objects of other shapes, or plain values."""
+    object of topics, each an object of partition numbers to offsets. Other sources (files,
+    Delta, rate) write objects of other shapes, or plain values. A line of that shape whose
+    offsets are not whole numbers >= 0 is a damaged Kafka line (`KafkaLineError`): Spark's
+    Kafka source writes the offsets it read up to, never a negative or fractional one."""
     try:
         value = json.loads(text)
     except ValueError:
         return None
     if not isinstance(value, dict) or not value:
         return None
+    is_kafka_shape = all(
+        isinstance(parts, dict) and parts and all(p.isascii() and p.isdigit() for p in parts)
+        for parts in value.values()
+    )
+    if not is_kafka_shape:
+        return None
     out: TopicPartitionOffsets = {}
     for topic, partitions in value.items():
-        if not isinstance(partitions, dict) or not partitions:
-            return None
         per: dict[int, int] = {}
         for partition, offset in partitions.items():
-            if not (partition.isascii() and partition.isdigit()):
-                return None
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                return None
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise KafkaLineError(f"{topic}[{partition}] has offset {json.dumps(offset)}")
             per[int(partition)] = offset
         out[topic] = per
     return out
@@ -125,7 +139,14 @@ def parse_offsets_file(name: str, batch_id: int, data: bytes) -> OffsetsFile:
             raise CheckpointFormatError(
                 f"{name}: source {index}'s offsets are not JSON: the file is damaged"
             ) from None
-        sources.append(SourceLine(index, line, kafka_offsets(line)))
+        try:
+            kafka = kafka_offsets(line)
+        except KafkaLineError as exc:
+            raise CheckpointFormatError(
+                f"{name}: source {index}: {exc}: not an offset Spark's Kafka source writes "
+                "(the file is damaged or was edited)"
+            ) from None
+        sources.append(SourceLine(index, line, kafka))
     return OffsetsFile(batch_id, lines[0], metadata, tuple(sources))
 
 
@@ -157,10 +178,10 @@ def translated_line(
 
 
 def render_offsets_file(parsed: OffsetsFile, lines: Mapping[int, str]) -> bytes:
-    """The file's bytes with the source lines `lines` names (index → text) replaced, every
+    """The file's bytes with the source lines `lines` names (key → text) replaced, every
     other byte as it was."""
     out = [parsed.version, parsed.metadata]
-    out += [lines.get(s.index, s.text) for s in parsed.sources]
+    out += [lines.get(s.key, s.text) for s in parsed.sources]
     return "\n".join(out).encode("utf-8")
 
 
@@ -172,31 +193,59 @@ def batch_ids(names: Iterable[str]) -> list[int]:
 
 @dataclass(frozen=True)
 class BatchChoice:
-    """Which offsets files a translation reads and rewrites: the newest batch, and the one
-    before it when the newest is not committed (Spark re-runs it from the one before)."""
+    """Which offsets files a translation reads and rewrites: every file Spark reads when the
+    query restarts (`choose_batches`)."""
 
     newest: int
-    is_committed: bool
+    newest_commit: int | None
     batches: tuple[int, ...]  # ascending
+
+    @property
+    def is_committed(self) -> bool:
+        return self.newest_commit == self.newest
+
+    def restart(self) -> str:
+        """What Spark does with these files on restart, in a few words."""
+        files = ", ".join(f"offsets/{b}" for b in self.batches)
+        if len(self.batches) == 1:
+            return f"batch {self.newest} committed: Spark goes on after {files}"
+        if self.is_committed:
+            return f"batch {self.newest} committed: Spark reads {files} and goes on after it"
+        return f"batch {self.newest} not committed: Spark runs it again from {files}"
 
 
 def choose_batches(name: str, offsets_ids: Iterable[int], commit_ids: Iterable[int]) -> BatchChoice:
-    """The batches to translate from the ids found in `offsets/` and `commits/`; `name` (the
-    checkpoint) goes in the error."""
+    """The batches Spark reads on restart, from the ids found in `offsets/` and `commits/`;
+    `name` (the checkpoint) goes in the error.
+
+    A micro-batch query (`MicroBatchExecution.populateStartOffsets`) reads the newest
+    `offsets/N` and the one before it in the log: batch N's start. N committed, it goes on
+    from N, after a DSv1 source (`KafkaSource`) was asked for batch N again (`getBatch(N-1,
+    N)`: with untranslated N-1 and `failOnDataLoss`, the restart fails); not committed, it
+    runs batch N again from there. Async progress tracking writes the logs every so often, so
+    ids skip: "the one before" is the previous id in storage (`getPrevBatchFromStorage`), and
+    commits may lag several batches. A continuous query restarts at the newest committed
+    epoch's offsets (later files are purged), so that file is translated too when it is
+    older. Every file Spark may read is translated; batch ids are never changed."""
     offsets = sorted(set(offsets_ids))
-    commits = set(commit_ids)
+    commits = sorted(set(commit_ids))
     if not offsets:
         raise CheckpointFormatError(f"{name}: no batch in offsets/: the query never ran a batch")
     newest = offsets[-1]
-    if newest in commits:
-        return BatchChoice(newest, True, (newest,))
-    if newest - 1 not in offsets:
+    newest_commit = commits[-1] if commits else None
+    before = [b for b in offsets if b < newest]
+    if not before:
+        if newest_commit == newest:
+            return BatchChoice(newest, newest_commit, (newest,))
         # The first batch (or the first kept) is uncommitted: Spark re-runs it from the
         # source's starting offsets (`sources/`), which Ferry does not translate.
         gone = f" and offsets/{newest - 1} is not there" if newest else ""
         raise CheckpointFormatError(
-            f"{name}: batch {newest} is not committed{gone}: "
-            "Spark re-runs it from the query's starting offsets; restart the query on the "
-            "source until a batch commits"
+            f"{name}: batch {newest} is not committed{gone}: Spark re-runs it from the "
+            "query's starting offsets (sources/), which are the source's; restart the query "
+            "on the source until a batch commits"
         )
-    return BatchChoice(newest, False, (newest - 1, newest))
+    batches = {before[-1], newest}
+    if newest_commit is not None and newest_commit in offsets:
+        batches.add(newest_commit)
+    return BatchChoice(newest, newest_commit, tuple(sorted(batches)))

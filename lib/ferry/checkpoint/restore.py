@@ -1,23 +1,29 @@
 """`migrate --checkpoint PATH --rollback RUN_ID [--execute]`: the offsets files a checkpoint run
 rewrote put back as they were, from the originals it copied under `PATH/ferry/RUN_ID/original/`.
 
-Only while the checkpoint still holds what the run wrote (or, for a run stopped between its
-files, the original of those it had not rewritten yet): a file that differs, or a
-batch newer than the run's (the query has run on the destination since), is refused (exit 1,
-nothing written) — putting source offsets back under batches the destination produced would
-make the query read the wrong records. All files or none; intent and outcome in the ledger.
+Only while the checkpoint still holds what the run wrote (or, for a run killed between its
+files, the original of those it had not rewritten yet): a file that is neither is refused
+(exit 1, nothing written), and so is a batch newer than the run's that goes on from the
+translation (the query has run on the destination since: source offsets under batches the
+destination produced would make it read the wrong records). A newer batch that does *not* go on
+from it was written by the query on the source, still running when Ferry translated: putting
+the originals back is what makes its log whole again, so that is allowed. All files or none,
+each replaced whole (`ferry.checkpoint.rewrite.replace`); intent and outcome in the ledger;
+killed at any point, the same command again finishes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ferry.checkpoint import offsets_log
-from ferry.checkpoint.store import HadoopStore
-from ferry.checkpoint.translate import FERRY_DIR, ROLLED_BACK, newest_batch, offsets_name
+from ferry.checkpoint import runs
+from ferry.checkpoint.rewrite import LogsSeen, file_rows, read_if_there, replace
+from ferry.checkpoint.runs import FERRY_DIR, ROLLED_BACK, offsets_name
+from ferry.checkpoint.store import open_store
 from ferry.config import FerryConfig
 from ferry.errors import FerryError, UsageError
 from ferry.output import emit_rows, print_summary
+from ferry.write.kill_points import kill_point
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, new_run_id
 
 ROLLBACK_COLUMNS = ["file", "status", "note"]
@@ -34,60 +40,53 @@ def rollback_job(
 ) -> int:
     if not path:
         raise UsageError(f"run {run_id} rewrote a checkpoint: give it with --checkpoint PATH")
-    store = HadoopStore(spark, path)
+    store = open_store(spark, path)
     folder = f"{FERRY_DIR}/{run_id}"
-    originals = offsets_log.batch_ids(f.name for f in store.list(f"{folder}/original/offsets"))
+    originals = runs.batch_files(store, f"{folder}/original/offsets")
     if not originals:
         raise UsageError(f"{store.name(folder)}: no originals of run {run_id} in this checkpoint")
+    translations = runs.batch_files(store, f"{folder}/translated/offsets")
     progress(f"run {run_id} rewrote offsets/{', offsets/'.join(map(str, originals))}")
-    newest = newest_batch(store)
-    problems = []
-    if newest is not None and newest > max(originals):
-        problems.append(
-            f"batch {newest} was written after the run: the query ran on the translated "
-            "offsets; rolling back would rewind it"
+    seen = LogsSeen.list(store)
+    newest = seen.offsets[-1] if seen.offsets else None
+    wrote = max(originals)
+    if newest is not None and newest > wrote:
+        why = runs.goes_on_from(
+            runs.parse("translated", wrote, translations[wrote]),
+            runs.parse("original", wrote, originals[wrote]),
+            runs.parse(offsets_name(newest), newest, store.read(offsets_name(newest))),
         )
-    restore: dict[int, bytes] = {}
-    for batch in originals:
-        now = store.read(offsets_name(batch)) if store.exists(offsets_name(batch)) else None
-        original = store.read(f"{folder}/original/{offsets_name(batch)}")
-        if now == original:
-            continue  # a run stopped between its files never rewrote this one
-        if now != store.read(f"{folder}/translated/{offsets_name(batch)}"):
-            problems.append(f"{store.name(offsets_name(batch))} is not what run {run_id} wrote")
+        if why is None:
+            raise FerryError(
+                f"{store.root}: not rolled back: batch {newest} was written after the run and "
+                "goes on from its translation: the query ran on the destination; rolling back "
+                "would rewind it"
+            )
+        progress(f"batch {newest} was written on the source after the run ({why})")
+    current = {b: read_if_there(store, b) for b in originals}
+    restore = {}
+    for batch, original in originals.items():
+        if current[batch] == original:
+            continue  # a run killed between its files never rewrote this one (or put back)
+        if current[batch] not in (translations.get(batch), None):
+            raise FerryError(
+                f"{store.root}: not rolled back: {store.name(offsets_name(batch))} is not what "
+                f"run {run_id} wrote"
+            )
         restore[batch] = original
-    if problems:
-        raise FerryError(f"{store.root}: not rolled back: {problems[0]}")
     ledger = Ledger(
         spark, cfg.ledger.path, new_run_id("rollback-checkpoint"), "rollback-checkpoint", is_execute
     )
-
-    def ledger_rows(status: str, is_committed: bool = False) -> list[dict]:
-        return [
-            {
-                "cluster": store.root,
-                "group": store.name(offsets_name(b)),
-                "status": status,
-                "is_committed": is_committed,
-                "message": f"rollback of {run_id}",
-            }
-            for b in restore
-        ]
-
+    message = f"rollback of {run_id}"
     if is_execute:
-        ledger.append(ledger_rows("INTENT"), PHASE_INTENT)
-        if newest_batch(store) != newest:
-            raise FerryError(f"{store.root}: a batch appeared during the rollback: nothing written")
-        # all files or none: a failure puts back the translations this rollback replaced
-        store.replace_all(
-            {offsets_name(b): data for b, data in restore.items()},
-            lambda relative: store.read(f"{folder}/translated/{relative}"),
-        )
+        ledger.append(file_rows(store, restore, "INTENT", message), PHASE_INTENT)
+        kill_point("checkpoint.intent")
+        replace(store, seen, {b: current[b] for b in restore}, restore)
         # Marked, so that a later run does not take the checkpoint for one this run translated.
         store.write(f"{folder}/{ROLLED_BACK}", ledger.run_id.encode())
-        ledger.append(ledger_rows("RESTORED", True), PHASE_OUTCOME)
+        ledger.append(file_rows(store, restore, "RESTORED", message, True), PHASE_OUTCOME)
     else:
-        ledger.append(ledger_rows("WOULD_RESTORE"), PHASE_PLAN)
+        ledger.append(file_rows(store, restore, "WOULD_RESTORE", message), PHASE_PLAN)
     status = "RESTORED" if is_execute else "WOULD_RESTORE"
     emit_rows(
         lambda: [

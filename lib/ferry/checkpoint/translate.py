@@ -1,32 +1,36 @@
 """`migrate --checkpoint PATH`: a Structured Streaming checkpoint's Kafka positions translated
 by `migrate`'s engine, and (`--execute`) its offsets files rewritten in place.
 
-Read: the newest batch's `offsets/N` (and `offsets/N-1` when `commits/N` is missing: Spark
-re-runs batch N from there), each Kafka source line a position set (`ferry.checkpoint.positions`)
-named `offsets/N source I`. Refused before anything is planned: a checkpoint whose newest
-batch is younger than `--idle` (its query may be running), one whose Kafka lines already name
-destination topics without Ferry having translated them (a plain restart against the
-destination touched it), and one Ferry already translated (ALREADY_MIGRATED, exit 0).
+Read: every offsets file Spark reads when the query restarts (`offsets_log.choose_batches`:
+the newest batch, the one before it, and the newest committed one), each Kafka source line a
+position set (`ferry.checkpoint.positions`) named `offsets/N source I`. What earlier runs
+left decides first (`ferry.checkpoint.runs`): a translation in place, or one the query has
+run on since, is ALREADY_MIGRATED (exit 0); one a killed run left half written is finished;
+one the query wrote past on the source is refused (exit 1). Then refused before anything is
+planned: a checkpoint whose newest batch or commit is younger than `--idle` (its query may be
+running), one whose Kafka lines already name destination topics Ferry did not write, or whose
+positions lie past the source's end (they are not the source's). A position below the
+source's log start (records deleted before the query read them) is DATA_LOSS unless
+`--allow-data-loss`, as Spark's `failOnDataLoss` would have stopped the query there.
 
-Written, all files or none, only when every set is READY: the originals and the new texts are
-copied under `PATH/ferry/RUN_ID/` first (`original/offsets/N`, `translated/offsets/N`: Spark
-reads only its own directories), the ledger's intent is appended, the offset log is listed
-again (a batch that appeared since means the query runs: nothing is written), each file is
-rewritten (a failure puts back those already rewritten) and read back, then the outcome is
-appended. `ferry.checkpoint.restore` (`--rollback RUN_ID`) puts the originals back.
+Written, all files or none, only when every set is READY: `ferry.checkpoint.rewrite`.
+`ferry.checkpoint.restore` (`--rollback RUN_ID`) puts the originals back.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ferry import kafka
-from ferry.checkpoint import offsets_log, positions
+from ferry.checkpoint import offsets_log, positions, rewrite, runs
 from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
-from ferry.checkpoint.store import HadoopStore
+from ferry.checkpoint.rewrite import LogsSeen
+from ferry.checkpoint.runs import FERRY_DIR, RunState, offsets_name
+from ferry.checkpoint.store import open_store
 from ferry.config import FerryConfig
 from ferry.errors import FerryError
 from ferry.migrate.decision import GroupDecision, exit_code
@@ -34,99 +38,72 @@ from ferry.migrate.load import OUTPUT_COLUMNS, ledger_rows, output_rows
 from ferry.migrate.model import Plan
 from ferry.output import emit_rows, print_summary
 from ferry.status import GroupStatus
-from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, new_run_id
+from ferry.write.ledger import PHASE_PLAN, Ledger, new_run_id
 
 ACTION = "migrate-checkpoint"
 RUN_PREFIX = f"{ACTION}-"  # run ids of checkpoint runs start so (`--rollback` tells them apart)
-FERRY_DIR = "ferry"  # under the checkpoint: one folder per run that rewrote it
-ROLLED_BACK = "rolled-back"  # in a run's folder once its originals were put back
+# Topics MirrorMaker 2 keeps on a cluster it copies to, which a broad subscribePattern catches.
+MM2_INTERNAL = re.compile(r"(.*\.)?(heartbeats|checkpoints\.internal)$|^mm2-.*")
 
 
 @dataclass
 class Checkpoint:
     """What was read of one checkpoint: the batches chosen, their files' bytes and parses."""
 
-    store: HadoopStore
+    store: object  # a checkpoint store (`ferry.checkpoint.store.open_store`)
+    seen: LogsSeen
     choice: offsets_log.BatchChoice
     data: dict[int, bytes]
     parsed: dict[int, OffsetsFile]
-    age_s: float  # since the newest batch's offsets (or commit) file was written
+
+    @property
+    def age_s(self) -> float:
+        """Since the newest offsets or commits file was written."""
+        return time.time() - self.seen.newest_ms / 1000 if self.seen.newest_ms else float("inf")
+
+    def current(self, batch: int) -> bytes | None:
+        """offsets/BATCH's bytes now (None when it is not there)."""
+        if batch in self.data:
+            return self.data[batch]
+        name = offsets_name(batch)
+        return self.store.read(name) if self.store.exists(name) else None
 
 
-def offsets_name(batch: int) -> str:
-    return f"offsets/{batch}"
-
-
-def set_name(batch: int, index: int) -> str:
+def set_name(batch: int, index: int | str) -> str:
     return f"offsets/{batch} source {index}"
 
 
 def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN001
-    """The batches to translate and their offsets files; refused (exit 2) when PATH is not a
-    checkpoint or its files cannot be translated, (exit 1) instead when its newest batch is
-    also younger than `idle_s` (a running query is what to say first)."""
-    store = HadoopStore(spark, path)
+    """The batches Spark reads on restart and their offsets files; refused (exit 2) when PATH
+    is not a checkpoint or its files cannot be translated, (exit 1) instead when its newest
+    batch is also younger than `idle_s` (a running query is what to say first)."""
+    store = open_store(spark, path)
     if not store.exists("offsets"):
         raise CheckpointFormatError(
             f"{store.root}: not a Structured Streaming checkpoint (no offsets/ directory)"
         )
-    offsets = {f.name: f for f in store.list("offsets")}
-    commits = {f.name: f for f in store.list("commits")}
-    offsets_ids = offsets_log.batch_ids(offsets)
-    age_s = float("inf")
-    if offsets_ids:
-        newest = str(offsets_ids[-1])
-        written = [f.modified_ms for f in (offsets[newest], commits.get(newest)) if f]
-        age_s = time.time() - max(written) / 1000
+    seen = LogsSeen.list(store)
     try:
-        choice = offsets_log.choose_batches(store.root, offsets_ids, offsets_log.batch_ids(commits))
+        choice = offsets_log.choose_batches(store.root, seen.offsets, seen.commits)
         data = {b: store.read(offsets_name(b)) for b in choice.batches}
         parsed = {
             b: offsets_log.parse_offsets_file(store.name(offsets_name(b)), b, data[b])
             for b in choice.batches
         }
     except CheckpointFormatError:
-        check_idle(store, offsets_ids[-1] if offsets_ids else -1, age_s, idle_s)
+        newest = seen.offsets[-1] if seen.offsets else -1
+        check_idle(store.root, newest, Checkpoint(store, seen, None, {}, {}).age_s, idle_s)
         raise
-    return Checkpoint(store, choice, data, parsed, age_s)
+    return Checkpoint(store, seen, choice, data, parsed)
 
 
-def check_idle(store: HadoopStore, batch: int, age_s: float, idle_s: float) -> None:
+def check_idle(root: str, batch: int, age_s: float, idle_s: float) -> None:
     if age_s < idle_s:
         raise FerryError(
-            f"{store.root}: batch {batch} was written {age_s:.0f}s ago (--idle {idle_s:g}s): "
-            "its query may still be running; stop it, or wait"
+            f"{root}: batch {batch} was written or committed {age_s:.0f}s ago (--idle "
+            f"{idle_s:g}s): its query may still be running; stop it (its StreamingQuery.stop() "
+            "returned, or its application ended), or wait"
         )
-
-
-def newest_batch(store: HadoopStore) -> int | None:
-    ids = offsets_log.batch_ids(f.name for f in store.list("offsets"))
-    return ids[-1] if ids else None
-
-
-def previous_runs(store: HadoopStore) -> list[str]:
-    """The run ids that rewrote this checkpoint, oldest first (their folders under ferry/)."""
-    return sorted(store.list_dirs(FERRY_DIR))
-
-
-def translated_by(cp: Checkpoint) -> str | None:
-    """The Ferry run whose translated files the checkpoint holds now (or whose translation a
-    query has since run on: a newer batch than the run wrote), else None."""
-    for run in reversed(previous_runs(cp.store)):
-        if cp.store.exists(f"{FERRY_DIR}/{run}/{ROLLED_BACK}"):
-            continue
-        wrote = offsets_log.batch_ids(
-            f.name for f in cp.store.list(f"{FERRY_DIR}/{run}/translated/offsets")
-        )
-        if not wrote:
-            continue
-        if cp.choice.newest > max(wrote) or all(
-            cp.data.get(b) == cp.store.read(f"{FERRY_DIR}/{run}/translated/offsets/{b}")
-            for b in wrote
-            if b in cp.data
-        ):
-            return run
-    return None
 
 
 def position_sets(
@@ -151,7 +128,7 @@ def position_sets(
             on_destination = sorted(topics & destination_names - set(src_topics))
             if on_destination:
                 raise FerryError(
-                    f"{file}: source {line.index} names destination topic(s) "
+                    f"{file}: source {line.key} names destination topic(s) "
                     f"{', '.join(on_destination)}: the query already ran against the "
                     "destination on this checkpoint (or it was edited by hand); restore the "
                     "checkpoint as it was on the source before translating it"
@@ -159,16 +136,16 @@ def position_sets(
             selected = {t for t in topics if cfg.topics.matches(t)}
             if not selected:
                 warnings.append(
-                    f"{file}: source {line.index} ({', '.join(sorted(topics))}) "
+                    f"{file}: source {line.key} ({', '.join(sorted(topics))}) "
                     "is not selected by the config's topics: left as it is"
                 )
                 continue
             if selected != topics:
                 raise CheckpointFormatError(
-                    f"{file}: source {line.index} reads topics the config selects and others "
+                    f"{file}: source {line.key} reads topics the config selects and others "
                     f"({', '.join(sorted(topics - selected))}): select all of them or none"
                 )
-            sets[set_name(batch, line.index)] = {
+            sets[set_name(batch, line.key)] = {
                 (t, p): o for t, parts in (line.kafka or {}).items() for p, o in parts.items()
             }
     if not kafka_lines:
@@ -176,6 +153,38 @@ def position_sets(
             f"{cp.store.name(offsets_name(cp.choice.newest))}: no Kafka source in the query"
         )
     return sets, warnings
+
+
+def check_source_range(
+    sets: Mapping[str, Mapping[tuple[str, int], int]],
+    bounds: Mapping[tuple[str, int], tuple[int, int]],
+    root: str,
+) -> dict[str, str]:
+    """Each set whose positions lie below the source's log start: what was lost (records
+    deleted before the query read them), by set name. A position past the source's log end
+    is not the source's (exit 1): the query ran on a cluster with more records (with the
+    same topic names, the destination)."""
+    lost: dict[str, str] = {}
+    for name, offsets in sorted(sets.items()):
+        gaps = []
+        for (topic, partition), offset in sorted(offsets.items()):
+            start, end = bounds[(topic, partition)]
+            if offset > end:
+                raise FerryError(
+                    f"{root}/{name}: {topic}[{partition}] is at {offset}, past the source's "
+                    f"log end {end}: these are not the source's positions (the query ran "
+                    "against another cluster, the destination?); nothing written"
+                )
+            if offset < start:
+                gaps.append(f"{topic}[{partition}] {offset}..{start - 1} ({start - offset})")
+        if gaps:
+            lost[name] = (
+                "records deleted from the source before the query read them: "
+                + ", ".join(gaps)
+                + " (Spark's failOnDataLoss would stop the query; --allow-data-loss "
+                "translates it anyway)"
+            )
+    return lost
 
 
 def new_files(
@@ -186,17 +195,24 @@ def new_files(
     for batch, parsed in cp.parsed.items():
         lines = {}
         for line in parsed.kafka_sources:
-            name = set_name(batch, line.index)
+            name = set_name(batch, line.key)
             if name not in decisions:
                 continue
             rename = {t: cfg.topics.destination_topic(t) for t in line.kafka or {}}
-            lines[line.index] = offsets_log.translated_line(line, rename, decisions[name].offsets)
+            lines[line.key] = offsets_log.translated_line(line, rename, decisions[name].offsets)
         out[batch] = offsets_log.render_offsets_file(parsed, lines)
     return out
 
 
-def restart_hint(decisions: Mapping[str, GroupDecision], dst_bootstrap: str) -> list[str]:
-    """What the restarted query needs: the destination's bootstrap and its topics' names."""
+def restart_hint(
+    decisions: Mapping[str, GroupDecision],
+    dst_bootstrap: str,
+    dst_only_topics: list[str],
+    pattern: str | None,
+) -> list[str]:
+    """What the restarted query needs: the destination's bootstrap and its topics' names, and
+    which destination topics the source lacks (MirrorMaker 2's own among them) a
+    subscribePattern would also read, from earliest (`pattern`: the query's, when given)."""
     partitions: dict[str, set[int]] = {}
     for d in decisions.values():
         for topic, partition in d.offsets:
@@ -208,11 +224,46 @@ def restart_hint(decisions: Mapping[str, GroupDecision], dst_bootstrap: str) -> 
     )
     if len(assign) > 200:  # hundreds of partitions: the option's shape, not every number
         assign = ",".join(f'"{t}":[0..{max(ps)}]' for t, ps in sorted(partitions.items()))
-    return [
+    topics = sorted(partitions)
+    lines = [
         f"restart the query with kafka.bootstrap.servers={dst_bootstrap} and "
-        f"subscribe={','.join(sorted(partitions))} (or assign={{{assign}}}; a subscribePattern "
-        "must match these names)"
+        f"subscribe={','.join(topics)} (or assign={{{assign}}})"
     ]
+    exact = "^(" + "|".join(re.escape(t) for t in topics) + ")$"
+    if pattern is not None:
+        # Spark matches a subscribePattern against the whole topic name (String.matches).
+        missed = [t for t in topics if not re.fullmatch(pattern, t)]
+        caught = [t for t in dst_only_topics if t not in partitions and re.fullmatch(pattern, t)]
+        if missed:
+            lines.append(
+                f"subscribePattern {pattern} does not match {', '.join(missed)}: the restarted "
+                f"query would not read it; use {exact}"
+            )
+        if caught:
+            lines.append(
+                f"subscribePattern {pattern} also matches {_few(caught)} on the destination, "
+                f"which the source does not have: the query would read it from its "
+                f"startingOffsets (AvailableNow with an uncommitted batch fails); use {exact}"
+            )
+        if not missed and not caught:
+            lines.append(f"subscribePattern {pattern} matches exactly these topics")
+    elif internal := [t for t in dst_only_topics if MM2_INTERNAL.search(t)]:
+        lines.append(
+            f"a subscribePattern must match these names and nothing else: the destination also "
+            f"has {_few(internal)} (MirrorMaker 2's), which a broad pattern would read from "
+            f"its startingOffsets; give --subscribe-pattern to check yours, or use {exact}"
+        )
+    else:
+        lines.append(
+            "a subscribePattern must match these names and no other destination topic; give "
+            "--subscribe-pattern to check yours"
+        )
+    return lines
+
+
+def _few(names: list[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def checkpoint_job(
@@ -223,6 +274,9 @@ def checkpoint_job(
     idle_s: float,
     fmt: str,
     progress: Callable[[str], None],
+    *,
+    allow_data_loss: bool = False,
+    pattern: str | None = None,
 ) -> int:
     src, dst = (
         kafka.Cluster.from_config(cfg, "source"),
@@ -230,21 +284,15 @@ def checkpoint_job(
     )
     progress(f"reading checkpoint {path}")
     cp = read_checkpoint(spark, path, idle_s)
-    progress(
-        f"batch {cp.choice.newest} {'committed' if cp.choice.is_committed else 'not committed'}:"
-        f" translating offsets/{', offsets/'.join(str(b) for b in cp.choice.batches)}"
-    )
-    # Before the idle check: on a schedule, the query runs on the destination by now.
-    done_by = translated_by(cp)
-    if done_by is not None:
-        emit_rows(lambda: [], OUTPUT_COLUMNS, fmt)
-        print_summary(
-            f"{cp.store.root}: ALREADY_MIGRATED by run {done_by} (its translated offsets are in "
-            f"place, or the query ran on them since); nothing written",
-            fmt,
-        )
-        return 0
-    check_idle(cp.store, cp.choice.newest, cp.age_s, idle_s)
+    progress(cp.choice.restart())
+    # What earlier runs left decides first: on a schedule, the query runs on the destination
+    # by now, and the idle check would call it busy.
+    last = runs.last_run(cp.store, cp.choice.newest, cp.current)
+    if last is not None and last.state != RunState.PARTIAL:
+        return earlier_run(cp, last, fmt)
+    check_idle(cp.store.root, cp.choice.newest, cp.age_s, idle_s)
+    if last is not None:
+        return finish_run(spark, cp, last, cfg, is_execute, fmt, progress)
     kafka.check_reachable(src)
     src_topics = kafka.list_topics(src)
     sets, warnings = position_sets(cp, cfg, src_topics)
@@ -252,15 +300,33 @@ def checkpoint_job(
         print(f"warning: {warning}", file=sys.stderr)
     if not sets:
         raise CheckpointFormatError(f"{cp.store.root}: no Kafka source the config selects")
+    bounds = kafka.watermarks(src, {tp for s in sets.values() for tp in s})
+    lost = check_source_range(sets, bounds, cp.store.root)
     plan, decisions = positions.translate(
         spark, src, dst, cfg, sets, progress, allow_reconcile=True, known_src_topics=src_topics
     )
+    for name, why in lost.items():
+        if allow_data_loss:
+            print(f"warning: {cp.store.name(name)}: {why}", file=sys.stderr)
+        elif name in decisions:
+            decisions[name] = GroupDecision(name, GroupStatus.DATA_LOSS, why, {})
     run_id = new_run_id(ACTION)
     ledger = Ledger(spark, cfg.ledger.path, run_id, ACTION, is_execute)
     is_ready = all(d.is_write for d in decisions.values())
     if is_execute and is_ready:
         files = new_files(cp, plan, decisions, cfg)
-        rewrite(cp, files, plan, decisions, dst, ledger, progress)
+        rewrite.rewrite(
+            cp.store,
+            cp.seen,
+            cp.data,
+            files,
+            ledger,
+            lambda: checkpoint_ledger_rows(cp, plan, decisions, dst),
+            lambda: checkpoint_ledger_rows(
+                cp, plan, decisions, dst, status="COMMITTED", is_committed=True
+            ),
+            progress,
+        )
         for d in decisions.values():
             d.status = GroupStatus.COMMITTED
     else:
@@ -273,7 +339,8 @@ def checkpoint_job(
                 f" {d.message} ({d.status})",
                 file=sys.stderr,
             )
-    for line in restart_hint(decisions, dst.conf.get("bootstrap.servers")):
+    dst_only = sorted(set(kafka.list_topics(dst)) - set(src_topics))
+    for line in restart_hint(decisions, dst.conf.get("bootstrap.servers"), dst_only, pattern):
         print(line, file=sys.stderr)
     if is_execute and is_ready:
         verb = f"rewritten (originals in {cp.store.name(f'{FERRY_DIR}/{run_id}/original')})"
@@ -287,6 +354,61 @@ def checkpoint_job(
         fmt,
     )
     return exit_code({n: d.status for n, d in decisions.items()})
+
+
+def earlier_run(cp: Checkpoint, run: runs.RunFiles, fmt: str) -> int:
+    """A checkpoint an earlier run translated: done (exit 0), or refused (exit 1) when the
+    query wrote past the translation on the source, or a file changed since."""
+    root = cp.store.root
+    if run.state == RunState.RAN_ON_SOURCE:
+        raise FerryError(
+            f"{root}: batch {cp.choice.newest} was written after run {run.run_id} translated "
+            f"the checkpoint, and it does not go on from the translation ({run.why}): the "
+            "query ran on the source after Ferry translated, so it was not stopped; nothing "
+            f"written. Stop it, put the originals back (--rollback {run.run_id} --execute) "
+            "and run again"
+        )
+    if run.state == RunState.CHANGED:
+        raise FerryError(
+            f"{root}: {run.why} of run {run.run_id}: the checkpoint changed since (a hand edit, "
+            "or a query on it); nothing written"
+        )
+    emit_rows(lambda: [], OUTPUT_COLUMNS, fmt)
+    print_summary(
+        f"{root}: ALREADY_MIGRATED by run {run.run_id} (its translated offsets are in place, "
+        "or the query ran on them since); nothing written",
+        fmt,
+    )
+    return 0
+
+
+def finish_run(
+    spark,  # noqa: ANN001
+    cp: Checkpoint,
+    run: runs.RunFiles,
+    cfg: FerryConfig,
+    is_execute: bool,
+    fmt: str,
+    progress: Callable[[str], None],
+) -> int:
+    """A run killed between its files: its remaining translations written (`--execute`),
+    or said (a dry run). Its translations still hold: the files it had not reached are the
+    very originals it translated."""
+    files = ", ".join(offsets_name(b) for b in run.remaining)
+    ledger = Ledger(spark, cfg.ledger.path, new_run_id(ACTION), ACTION, is_execute)
+    if is_execute:
+        rewrite.finish(cp.store, cp.seen, run, ledger, progress)
+        verb = f"rewritten: run {run.run_id}, killed before its outcome, finished"
+    else:
+        rows = rewrite.file_rows(cp.store, run.remaining, "READY", f"finishing run {run.run_id}")
+        ledger.append(rows, PHASE_PLAN)
+        verb = (
+            f"still the originals: run {run.run_id} was killed before its outcome; --execute "
+            "writes its translations"
+        )
+    emit_rows(lambda: [], OUTPUT_COLUMNS, fmt)
+    print_summary(f"{cp.store.root}: {files} {verb}; run {ledger.run_id}", fmt)
+    return 0
 
 
 def checkpoint_ledger_rows(cp: Checkpoint, plan: Plan, decisions, dst, **values) -> list[dict]:  # noqa: ANN001
@@ -306,43 +428,3 @@ def checkpoint_ledger_rows(cp: Checkpoint, plan: Plan, decisions, dst, **values)
         )
         rows.append(row)
     return rows
-
-
-def rewrite(
-    cp: Checkpoint,
-    files: Mapping[int, bytes],
-    plan: Plan,
-    decisions,
-    dst,
-    ledger: Ledger,
-    progress: Callable[[str], None],
-) -> None:  # noqa: ANN001
-    """Copy the originals aside, announce the intent, check the query has not moved, rewrite
-    every file or none, read them back, record the outcome."""
-    store, run = cp.store, ledger.run_id
-    for batch in files:
-        for kind, data in (("original", cp.data[batch]), ("translated", files[batch])):
-            store.write_verified(f"{FERRY_DIR}/{run}/{kind}/{offsets_name(batch)}", data)
-    progress(f"originals copied to {store.name(f'{FERRY_DIR}/{run}/original')}")
-    ledger.append(checkpoint_ledger_rows(cp, plan, decisions, dst), PHASE_INTENT)
-    check_unchanged(cp)
-    originals = {offsets_name(b): cp.data[b] for b in files}
-    store.replace_all({offsets_name(b): data for b, data in files.items()}, originals.__getitem__)
-    progress(f"rewrote {', '.join(store.name(offsets_name(b)) for b in files)}")
-    ledger.append(
-        checkpoint_ledger_rows(cp, plan, decisions, dst, status="COMMITTED", is_committed=True),
-        PHASE_OUTCOME,
-    )
-
-
-def check_unchanged(cp: Checkpoint) -> None:
-    """Refuse (exit 1, nothing written) when the query wrote a batch since the checkpoint was
-    read, or changed the files read: it is running."""
-    newest = newest_batch(cp.store)
-    changed = [b for b in cp.choice.batches if cp.store.read(offsets_name(b)) != cp.data[b]]
-    if newest != cp.choice.newest or changed:
-        what = f"batch {newest} appeared" if newest != cp.choice.newest else "offsets changed"
-        raise FerryError(
-            f"{cp.store.root}: {what} during this run: its query is running; stop it and run "
-            "again (nothing written)"
-        )

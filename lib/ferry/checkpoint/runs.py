@@ -1,0 +1,163 @@
+"""What earlier Ferry runs left in a checkpoint, told from the files alone (pure but for the
+store reads), whatever the topic names: a run's folder `PATH/ferry/RUN_ID/` holds the
+originals and the translations it meant to write, and `ready` once its intent was in the
+ledger (no offsets file is rewritten before it).
+
+The newest run that got as far as `ready` and was not rolled back decides (`last_run`):
+
+- `COMPLETE`: every file it meant to rewrite holds its translation, no newer batch;
+- `PARTIAL`: killed between its files (or before the first): each file is the original or
+  the translation: the next run writes the remaining translations (`finish`);
+- `RAN_ON_TRANSLATION`: newer batches go on from the translation: the query runs on the
+  destination (for a renamed topic, under the destination's names; for every partition, at or
+  after the translated offset);
+- `RAN_ON_SOURCE`: a newer batch does not go on from the translation: the query was still
+  running on the source when Ferry translated, and wrote on from its own positions;
+- `CHANGED`: a file is neither the original nor the translation (edited by hand, or a query
+  rewrote it).
+
+A file equal to a run's translation is never taken for source offsets again: that is what
+keeps a checkpoint from being translated twice when the names stay the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ferry.checkpoint import offsets_log
+from ferry.checkpoint.offsets_log import OffsetsFile
+
+FERRY_DIR = "ferry"  # under the checkpoint: one folder per run that rewrote it
+ROLLED_BACK = "rolled-back"  # in a run's folder once its originals were put back
+READY = "ready"  # in a run's folder once its intent is in the ledger: rewrites may follow
+
+
+class RunState(str, Enum):
+    COMPLETE = "COMPLETE"
+    PARTIAL = "PARTIAL"
+    RAN_ON_TRANSLATION = "RAN_ON_TRANSLATION"
+    RAN_ON_SOURCE = "RAN_ON_SOURCE"
+    CHANGED = "CHANGED"
+
+
+@dataclass
+class RunFiles:
+    """One earlier run's folder: what it found and what it meant to write, per batch."""
+
+    run_id: str
+    originals: dict[int, bytes]
+    translations: dict[int, bytes]
+    state: RunState | None = None
+    why: str = ""  # for RAN_ON_SOURCE and CHANGED: the file or partition that says so
+    remaining: list[int] = field(default_factory=list)  # PARTIAL: batches still original
+
+    @property
+    def folder(self) -> str:
+        return f"{FERRY_DIR}/{self.run_id}"
+
+
+def offsets_name(batch: int) -> str:
+    return f"offsets/{batch}"
+
+
+def run_ids(store) -> list[str]:  # noqa: ANN001 - a checkpoint store
+    """The ids of the runs with a folder under ferry/, oldest first (ids start with a UTC
+    time)."""
+    return sorted(store.list_dirs(FERRY_DIR))
+
+
+def batch_files(store, folder: str) -> dict[int, bytes]:  # noqa: ANN001
+    """The offsets files in a folder, by batch id."""
+    batches = offsets_log.batch_ids(f.name for f in store.list(folder))
+    return {b: store.read(f"{folder}/{b}") for b in batches}
+
+
+def read_run(store, run_id: str) -> RunFiles | None:  # noqa: ANN001
+    """A run's files, or None when it never got to rewrite anything (no `ready`) or was
+    rolled back."""
+    folder = f"{FERRY_DIR}/{run_id}"
+    names = {f.name for f in store.list(folder)}
+    if READY not in names or ROLLED_BACK in names:
+        return None
+    return RunFiles(
+        run_id,
+        batch_files(store, f"{folder}/original/offsets"),
+        batch_files(store, f"{folder}/translated/offsets"),
+    )
+
+
+def last_run(store, newest: int | None, current) -> RunFiles | None:  # noqa: ANN001
+    """The newest run that rewrote (or was about to rewrite) this checkpoint, with its state;
+    None when no run did. `newest`: the newest batch in offsets/ now; `current(batch)`: that
+    offsets file's bytes now (None when it is not there)."""
+    for run_id in reversed(run_ids(store)):
+        run = read_run(store, run_id)
+        if run is None or not run.translations:
+            continue
+        judge(run, newest, current)
+        return run
+    return None
+
+
+def judge(run: RunFiles, newest: int | None, current) -> None:  # noqa: ANN001
+    """Set `run.state` (module docstring) from the checkpoint's files now."""
+    wrote = max(run.translations)
+    if newest is not None and newest > wrote:
+        data = current(newest)
+        reason = goes_on_from(
+            parse(f"translated {offsets_name(wrote)}", wrote, run.translations[wrote]),
+            parse(f"original {offsets_name(wrote)}", wrote, run.originals[wrote]),
+            parse(offsets_name(newest), newest, data) if data is not None else None,
+        )
+        run.state = RunState.RAN_ON_TRANSLATION if reason is None else RunState.RAN_ON_SOURCE
+        run.why = reason or ""
+        return
+    remaining = []
+    for batch in sorted(run.translations):
+        now = current(batch)
+        if now == run.translations[batch]:
+            continue
+        if now is None or now == run.originals[batch]:
+            # None: an older Ferry's replace, killed between its delete and its rename
+            remaining.append(batch)
+            continue
+        run.state = RunState.CHANGED
+        run.why = f"{offsets_name(batch)} is neither the original nor the translation"
+        return
+    run.remaining = remaining
+    run.state = RunState.PARTIAL if remaining else RunState.COMPLETE
+
+
+def parse(name: str, batch: int, data: bytes) -> OffsetsFile:
+    return offsets_log.parse_offsets_file(name, batch, data)
+
+
+def goes_on_from(
+    translated: OffsetsFile, original: OffsetsFile, newer: OffsetsFile | None
+) -> str | None:
+    """None when `newer` (a batch written after the translation) goes on from `translated`:
+    every line the translation changed names the same topics in `newer`, each partition at
+    or after its translated offset. Otherwise why not, naming the line and partition."""
+    if newer is None:
+        return "the newest offsets file cannot be read"
+    before = {s.key: s for s in original.sources}
+    after = {s.key: s for s in newer.sources}
+    for line in translated.kafka_sources:
+        if before.get(line.key) is not None and before[line.key].text == line.text:
+            continue  # not changed by the translation: nothing to tell by
+        now = after.get(line.key)
+        if now is None or now.kafka is None:
+            return f"source {line.key} is not a Kafka line in offsets/{newer.batch_id}"
+        if set(now.kafka) != set(line.kafka or {}):
+            topics = ", ".join(sorted(now.kafka))
+            return f"source {line.key} of offsets/{newer.batch_id} reads {topics}"
+        for topic, parts in (line.kafka or {}).items():
+            for partition, offset in sorted(parts.items()):
+                later = now.kafka[topic].get(partition)
+                if later is None or later < offset:
+                    return (
+                        f"{topic}[{partition}] is at {later} in offsets/{newer.batch_id}, "
+                        f"before the translated {offset}"
+                    )
+    return None
