@@ -94,6 +94,28 @@ def test_a_rewrite_keeps_every_other_byte_and_renames_the_topic():
     assert again.kafka_sources[0].kafka == {"src.events": {0: 160, 1: 0, 2: 58}}
 
 
+# Format v2 (spark.sql.streaming.offsetLog.formatVersion=2, DataStreamReader.name()): each
+# line keyed by its source's name.
+V2_FILE = (
+    f'v2\n{METADATA}\norders:{{"orders":{{"1":7,"0":23}}}}\nrate:-\nclicks:{{"clicks":{{"0":4}}}}'
+).encode()
+
+
+def test_a_v2_file_keys_its_sources_by_name_and_rewrites_byte_for_byte():
+    parsed = parse_offsets_file("cp/offsets/2", 2, V2_FILE)
+    assert parsed.version == "v2"
+    assert [(s.key, s.text) for s in parsed.sources] == [
+        ("orders", '{"orders":{"1":7,"0":23}}'),
+        ("rate", "-"),
+        ("clicks", '{"clicks":{"0":4}}'),
+    ]
+    assert [s.key for s in parsed.kafka_sources] == ["orders", "clicks"]
+    assert render_offsets_file(parsed, {}) == V2_FILE
+    line = translated_line(parsed.sources[2], {"clicks": "clicks"}, {("clicks", 0): 9})
+    out = render_offsets_file(parsed, {"clicks": line})
+    assert out == V2_FILE.replace(b'clicks:{"clicks":{"0":4}}', b'clicks:{"clicks":{"0":9}}')
+
+
 def test_topics_keep_their_order_in_a_rewritten_line():
     parsed = parse_offsets_file("f", 1, b'v1\n{}\n{"b":{"0":1},"a":{"0":2}}')
     line = translated_line(
@@ -105,7 +127,8 @@ def test_topics_keep_their_order_in_a_rewritten_line():
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        (b"v2\n{}\n-", "offsets format 'v2'"),
+        (b"v3\n{}\n-", "offsets format 'v3'"),
+        (b'v2\n{}\n{"t":{"0":1}}', "line 3 is not NAME:OFFSET"),
         (b"hello", "no version line"),
         (b"v1", "no metadata line"),
         (b"v1\n{oops\n-", "metadata line is not JSON"),

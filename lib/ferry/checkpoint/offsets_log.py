@@ -3,12 +3,14 @@ and rewritten with other positions byte-compatibly (pure: no Spark, no Kafka).
 
 What Spark writes (`OffsetSeqLog`, format `v1`): `offsets/N` is the line `v1`, the batch's
 metadata JSON on one line, then one line per source of the query, in the query's source order:
-the source's offset JSON, or `-` for a source that has none yet. Lines are joined by `\\n`, with
-no newline after the last. A Kafka source's line maps topic → partition (a string) → the next
-offset to read: `{"events":{"0":23,"1":7}}`. `commits/N` marks batch N done; when the newest
-`offsets/N` has no `commits/N`, Spark runs batch N again on restart, from `offsets/N-1` to
-`offsets/N`, so both must be translated. Batch ids name state store versions and the sink's
-own batch log: they are never changed.
+the source's offset JSON, or `-` for a source that has none yet. Format `v2` (Spark 4.2, opt-in
+through `spark.sql.streaming.offsetLog.formatVersion=2`, sources named with
+`DataStreamReader.name()`) keys each line by its source: `NAME:{...}` or `NAME:-`, in the
+order Spark wrote them; a source is then told by its name, not its place. Lines are joined by
+`\\n`, with no newline after the last. A Kafka source's line maps topic → partition (a string)
+→ the next offset to read: `{"events":{"0":23,"1":7}}`. `commits/N` marks batch N done; which
+files Spark reads on restart is `choose_batches`'s. Batch ids name state store versions and the
+sink's own batch log: they are never changed.
 
 A rewrite changes only the Kafka lines that are translated: the header, the metadata line,
 other sources' lines and `-` are kept byte for byte; a translated line keeps its topics' and
@@ -18,12 +20,14 @@ partitions' order where the topic keeps its partitions, compact as Spark's json4
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ferry.errors import UsageError
 
-SUPPORTED_VERSION = "v1"
+VERSIONS = ("v1", "v2")
+SOURCE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Spark's rule for DataStreamReader.name()
 NO_OFFSET = "-"
 
 TopicPartitionOffsets = dict[str, dict[int, int]]  # topic -> partition -> next offset
@@ -40,8 +44,9 @@ class SourceLine:
     and its Kafka positions when it is a Kafka source's line (None otherwise)."""
 
     index: int
-    text: str
+    text: str  # the offset's JSON (or `-`), without a v2 line's `NAME:`
     kafka: TopicPartitionOffsets | None
+    name: str | None = None  # a v2 file's source id (`DataStreamReader.name()`)
 
     @property
     def is_kafka(self) -> bool:
@@ -49,9 +54,14 @@ class SourceLine:
 
     @property
     def key(self) -> int | str:
-        """What names this source in output and in a rewrite: its index among the query's
-        sources."""
-        return self.index
+        """What names this source in output and in a rewrite: its name in a v2 file, its
+        index among the query's sources in a v1 file."""
+        return self.name if self.name is not None else self.index
+
+    @property
+    def line(self) -> str:
+        """The line as the file holds it."""
+        return self.text if self.name is None else f"{self.name}:{self.text}"
 
 
 @dataclass(frozen=True)
@@ -110,9 +120,9 @@ def parse_offsets_file(name: str, batch_id: int, data: bytes) -> OffsetsFile:
     lines = text.split("\n")
     if not lines or not lines[0].startswith("v"):
         raise CheckpointFormatError(f"{name}: no version line: not a Spark offsets file")
-    if lines[0] != SUPPORTED_VERSION:
+    if lines[0] not in VERSIONS:
         raise CheckpointFormatError(
-            f"{name}: offsets format {lines[0]!r}: Ferry reads {SUPPORTED_VERSION} only"
+            f"{name}: offsets format {lines[0]!r}: Ferry reads {' and '.join(VERSIONS)}"
         )
     if len(lines) < 2:
         raise CheckpointFormatError(f"{name}: no metadata line: the file is damaged")
@@ -126,27 +136,36 @@ def parse_offsets_file(name: str, batch_id: int, data: bytes) -> OffsetsFile:
             ) from None
     sources = []
     for index, line in enumerate(lines[2:]):
+        source_id = None
+        if lines[0] == "v2":
+            # `NAME:OFFSET` (Spark's OffsetSeqLog, format 2): names are [A-Za-z0-9_-]+
+            source_id, colon, line = line.partition(":")
+            if not colon or not SOURCE_NAME.fullmatch(source_id):
+                raise CheckpointFormatError(
+                    f"{name}: line {index + 3} is not NAME:OFFSET: the file is damaged"
+                )
+        label = source_id if source_id is not None else index
         if line == NO_OFFSET:
-            sources.append(SourceLine(index, line, None))
+            sources.append(SourceLine(index, line, None, source_id))
             continue
         if not line.strip():
-            raise CheckpointFormatError(f"{name}: source {index} has an empty line: damaged")
+            raise CheckpointFormatError(f"{name}: source {label} has an empty line: damaged")
         try:
             json.loads(line)
         except ValueError:
             # Sources write JSON (a plain number is JSON too): anything else is damage, most
             # often a file cut short while it was written.
             raise CheckpointFormatError(
-                f"{name}: source {index}'s offsets are not JSON: the file is damaged"
+                f"{name}: source {label}'s offsets are not JSON: the file is damaged"
             ) from None
         try:
             kafka = kafka_offsets(line)
         except KafkaLineError as exc:
             raise CheckpointFormatError(
-                f"{name}: source {index}: {exc}: not an offset Spark's Kafka source writes "
+                f"{name}: source {label}: {exc}: not an offset Spark's Kafka source writes "
                 "(the file is damaged or was edited)"
             ) from None
-        sources.append(SourceLine(index, line, kafka))
+        sources.append(SourceLine(index, line, kafka, source_id))
     return OffsetsFile(batch_id, lines[0], metadata, tuple(sources))
 
 
@@ -181,7 +200,8 @@ def render_offsets_file(parsed: OffsetsFile, lines: Mapping[int, str]) -> bytes:
     """The file's bytes with the source lines `lines` names (key → text) replaced, every
     other byte as it was."""
     out = [parsed.version, parsed.metadata]
-    out += [lines.get(s.key, s.text) for s in parsed.sources]
+    out += [s.line if s.key not in lines else replace(s, text=lines[s.key]).line
+            for s in parsed.sources]  # fmt: skip
     return "\n".join(out).encode("utf-8")
 
 
