@@ -154,12 +154,14 @@ def test_a_committed_newest_batch_is_translated_with_the_one_before():
     # A DSv1 KafkaSource is asked for getBatch(offsets/2, offsets/3) on restart: both files.
     choice = choose_batches("cp", [0, 1, 2, 3], [0, 1, 2, 3])
     assert (choice.newest, choice.is_committed, choice.batches) == (3, True, (2, 3))
+    assert choice.read_from == (3,)  # nothing of batch 3 is read again: no loss to check in 2
     assert "Spark reads offsets/2, offsets/3 and goes on after it" in choice.restart()
 
 
 def test_an_uncommitted_newest_batch_is_translated_with_the_one_before():
     choice = choose_batches("cp", [5, 6, 7], [5, 6])
     assert (choice.newest, choice.is_committed, choice.batches) == (7, False, (6, 7))
+    assert choice.read_from == (6, 7)
     assert "batch 7 not committed: Spark runs it again from offsets/6, offsets/7" in (
         choice.restart()
     )

@@ -224,6 +224,13 @@ class BatchChoice:
     def is_committed(self) -> bool:
         return self.newest_commit == self.newest
 
+    @property
+    def read_from(self) -> tuple[int, ...]:
+        """The batches whose positions Spark reads records from on restart: the newest alone
+        when it is committed (the one before only primes a DSv1 source: nothing of it is
+        read again), every chosen one otherwise."""
+        return (self.newest,) if self.is_committed else self.batches
+
     def restart(self) -> str:
         """What Spark does with these files on restart, in a few words."""
         files = ", ".join(f"offsets/{b}" for b in self.batches)

@@ -73,6 +73,11 @@ def set_name(batch: int, index: int | str) -> str:
     return f"offsets/{batch} source {index}"
 
 
+def batch_of(name: str) -> int:
+    """The batch of a set named by `set_name`."""
+    return int(name.split(" ", 1)[0].removeprefix("offsets/"))
+
+
 def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN001
     """The batches Spark reads on restart and their offsets files; refused (exit 2) when PATH
     is not a checkpoint or its files cannot be translated, (exit 1) instead when its newest
@@ -301,7 +306,8 @@ def checkpoint_job(
     if not sets:
         raise CheckpointFormatError(f"{cp.store.root}: no Kafka source the config selects")
     bounds = kafka.watermarks(src, {tp for s in sets.values() for tp in s})
-    lost = check_source_range(sets, bounds, cp.store.root)
+    read = {n: s for n, s in sets.items() if batch_of(n) in cp.choice.read_from}
+    lost = check_source_range(read, bounds, cp.store.root)
     plan, decisions = positions.translate(
         spark, src, dst, cfg, sets, progress, allow_reconcile=True, known_src_topics=src_topics
     )
