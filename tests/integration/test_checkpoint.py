@@ -457,3 +457,42 @@ def test_a_run_stopped_between_its_files_is_finished_by_the_next_and_rolled_back
     )
     assert back.code == 0, back.stderr
     assert offsets_files(path) == before
+
+
+def test_positions_the_source_lost_are_data_loss_unless_allowed(copied_topic, clusters, tmp_path):
+    """Retention took events[0]'s records 0..14 after the query stopped: batch 5 is not
+    committed, so Spark would read from offsets/4 (12) again, and 12..14 are gone. Refused as
+    DATA_LOSS, naming them (Spark's failOnDataLoss would have stopped); --allow-data-loss
+    translates it, saying what was lost."""
+    topic, config = copied_topic
+    src, _ = clusters
+    path = spark_checkpoint(tmp_path / "cp", topic)
+    before = offsets_files(path)
+    delete_records(src.config, {(topic, 0): 15})
+    argv = ("--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute")
+    refused = run_job("migrate", *argv, "-o", "json")
+    assert refused.code == 1, refused.stderr
+    rows = {r["group"]: r["group_status"] for r in json.loads(refused.stdout)}
+    assert rows["offsets/4 source 1"] == "DATA_LOSS" and rows["offsets/5 source 1"] == "READY"
+    assert f"{topic}[0] 12..14 (3)" in refused.stderr, refused.stderr
+    assert offsets_files(path) == before and not (path / "ferry").exists()
+    allowed = run_job("migrate", *argv, "--allow-data-loss")
+    assert allowed.code == 0, allowed.stderr
+    assert f"warning: {path.resolve().as_uri().replace('file:///', 'file:/')}" in allowed.stderr
+    assert offsets_files(path) != before
+
+
+def test_positions_past_the_source_end_are_not_the_source_and_are_refused(
+    copied_topic, tmp_path
+):
+    topic, config = copied_topic
+    path = spark_checkpoint(tmp_path / "cp", topic)
+    line = f'{{"{topic}":{{"1":26,"0":99}}}}'  # events[0] has 30 records on the source
+    fake_checkpoint(path, {"offsets/5": f'v1\n{META}\n-\n{line}\n{{"logOffset":5}}'})
+    result = run_job(
+        "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
+    )
+    assert result.code == 1, result.stderr
+    [error] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert f"{topic}[0] is at 99, past the source's log end 30" in error
+    assert not (path / "ferry").exists()
