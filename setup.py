@@ -13,10 +13,17 @@ setup(
     package_dir={"": "lib"},
     packages=find_packages("lib"),
     python_requires=">=3.10",
+    # `ferry JOB [options]`: the jobs of ./spark-submit.sh, also through Spark Connect
+    # (--remote sc://...; lib/ferry/command.py, docs/connect.md)
+    entry_points={"console_scripts": ["ferry = ferry.command:main"]},
     install_requires=[
         # Delta Lake 4.4 supports Spark 4.0.1 up to 4.2.0; keep both in step so the
         # delta-spark jars that spark-submit.sh adds match the installed Spark.
-        "pyspark[sql]>=4.0.1,<=4.2.0",
+        # [connect]: the Spark Connect client (grpcio, grpcio-status, googleapis-common-protos,
+        # zstandard) for `ferry --remote sc://...`, at the versions this PySpark asks for.
+        # Through PySpark's extra, not listed here: the executors' environment
+        # (lib/ferry/packaging.py) ships no client it does not run.
+        "pyspark[sql,connect]>=4.0.1,<=4.2.0",
         "pyarrow>=15",
         # Exact: spark-submit.sh asks Maven for io.delta:delta-spark_<spark>_2.13 at this
         # package's version, and PyPI runs ahead of Maven Central (4.4.1 is on PyPI; no

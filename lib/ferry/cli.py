@@ -183,6 +183,11 @@ def _restore_stderr() -> None:
 
 def error_line(exc: BaseException) -> str:
     """The one line a failed run ends with (after "error: ")."""
+    from ferry.connect import missing_module_line
+
+    missing = missing_module_line(exc)
+    if missing is not None:  # Spark's Python workers (a Connect server's) lack Ferry
+        return missing
     spark = spark_failures.spark_failure(exc)
     if spark is None:
         return one_line(exc)
@@ -246,17 +251,24 @@ def run(main: Callable[[list[str]], int], argv: Sequence[str] | None = None) -> 
     process in cluster deploy mode also records its result for spark-submit.sh (ferry.result)."""
     gc.set_threshold(*GC_THRESHOLDS)
     if argv is None:
-        from ferry import result
-
-        _restore_stderr()
-        if "--verbose" not in sys.argv:
-            log_libraries_to_file()
-        driver_watch.start(spark_failures.unanswered_line)
-        captured = result.capture()
-        code = _run(main, sys.argv[1:])
-        result.record(code, captured)
-        return code
+        return run_process(main, sys.argv[1:])
     return _run(main, argv)
+
+
+def run_process(main: Callable[[list[str]], int], argv: Sequence[str]) -> int:
+    """`run` for a job that is its process's whole work (spark-submit's driver, the `ferry`
+    command): stderr restored, libraries' logging to the log file, the driver JVM watched,
+    and in cluster deploy mode the result recorded (ferry.result)."""
+    from ferry import result
+
+    _restore_stderr()
+    if "--verbose" not in argv:
+        log_libraries_to_file()
+    driver_watch.start(spark_failures.unanswered_line)
+    captured = result.capture()
+    code = _run(main, argv)
+    result.record(code, captured)
+    return code
 
 
 def _run(main: Callable[[list[str]], int], argv: Sequence[str]) -> int:

@@ -3,9 +3,12 @@ the job talks to Kafka); everything else receives `spark` as a parameter (and `l
 turn the driver's own rows into DataFrames).
 
 Under spark-submit (spark-submit.sh) the user's master, deploy mode and settings rule, and
-Ferry only fills in what nobody set. Run directly (tests, notebooks, benches) Ferry chooses
-the master (`local[*]` or $FERRY_MASTER) and keeps Spark's logging in a file, as
-spark-submit.sh does.
+Ferry only fills in what nobody set. Run directly (tests, notebooks, benches, the `ferry`
+command) Ferry chooses the master (`local[*]` or $FERRY_MASTER) and keeps Spark's logging in a
+file, as spark-submit.sh does. With $SPARK_REMOTE set (`ferry --remote sc://...`) the session
+is a Spark Connect one: no JVM in this process, so everything here that would ask the JVM
+(the log level, job descriptions, the Delta jars, the parallelism) asks the session instead
+(`is_connect`, docs/connect.md).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from typing import TypeVar
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
+
+from ferry import connect
+from ferry.connect import is_connect
 
 T = TypeVar("T")
 
@@ -62,23 +68,47 @@ LOCAL_DEFAULTS = {
 }
 
 
+# Settings the `ferry` command was given (--conf K=V): for the session it builds.
+_requested_conf: dict[str, str] = {}
+
+
+def request_settings(settings: dict[str, str]) -> None:
+    """Settings for the session `build_session` will build (the `ferry` command's --conf):
+    a local session's Spark settings, a Connect session's session settings."""
+    _requested_conf.update(settings)
+
+
+def remote_url() -> str | None:
+    """The Spark Connect endpoint this run was pointed at ($SPARK_REMOTE, which `ferry
+    --remote` sets), or None."""
+    return os.environ.get("SPARK_REMOTE") or None
+
+
 def build_session(app_name: str = "ferry") -> SparkSession:
-    """Return the active session, or build one: under spark-submit from its settings, run
-    directly with Ferry's. $FERRY_SPARK_LOG sets Spark's log level (default: WARN, in the
-    log file named by $FERRY_LOG_FILE)."""
+    """Return the active session, or build one: under spark-submit from its settings, with
+    $SPARK_REMOTE a Spark Connect session, run directly with Ferry's. $FERRY_SPARK_LOG sets
+    Spark's log level (default: WARN, in the log file named by $FERRY_LOG_FILE)."""
     spark = SparkSession.getActiveSession()
+    if spark is None and not _under_spark_submit() and remote_url():
+        spark = _connect(remote_url() or "", app_name)
     if spark is None:
         if os.environ.get("FERRY_DEPLOY_MODE") == "cluster":
             # spark.submit.pyFiles names the library zip by its path on the submitting
             # machine; YARN already put the localized copy on this driver's path, so PySpark's
             # warning that it cannot add the original is noise on the user's console.
             warnings.filterwarnings("ignore", "Failed to add file", RuntimeWarning)
-        builder = _submitted(app_name) if _under_spark_submit() else _direct(app_name)
+        if _under_spark_submit():
+            builder = _submitted(app_name)
+        elif os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+            # a Databricks job's own session (a classic cluster's, or serverless' Connect one)
+            builder = SparkSession.builder
+        else:
+            builder = _direct(app_name)
         spark = builder.getOrCreate()
         level = os.environ.get("FERRY_SPARK_LOG")
-        if level:
+        if level and not is_connect(spark):
             spark.sparkContext.setLogLevel(level)
-        _describe(spark.sparkContext)
+    _describe_session(spark)
     # The ferry-kafka data source is registered by its first read (ferry.kafka.source):
     # registering starts a Python worker that small runs, which read on the driver, skip.
     return spark
@@ -92,7 +122,7 @@ def start_session(app_name: str = "ferry") -> Callable[[], SparkSession]:
 
     def wait() -> SparkSession:
         spark = future.result()
-        _describe(spark.sparkContext)  # in the caller's thread, which starts the jobs
+        _describe_session(spark)  # in the caller's thread, which starts the jobs
         return spark
 
     return wait
@@ -148,6 +178,8 @@ def in_background(name: str, fn: Callable[..., T], *args: object) -> Callable[[]
         context = SparkContext._active_spark_context
         if context is not None:
             _describe(context, description)
+        elif _connect_session is not None:
+            _tag(_connect_session, description)
         return fn(*args)
 
     return _in_background(name, run).result
@@ -187,6 +219,17 @@ def describe_jobs(text: str) -> None:
     context = SparkContext._active_spark_context
     if context is not None and getattr(context, "_jsc", None) is not None:
         _describe(context)
+    elif _connect_session is not None:
+        _tag(_connect_session)
+
+
+def _describe_session(spark: SparkSession) -> None:
+    global _connect_session
+    if is_connect(spark):
+        _connect_session = spark  # built here, or given (a Databricks job's, a notebook's)
+        _tag(spark)
+    else:
+        _describe(spark.sparkContext)
 
 
 def _describe(context: SparkContext, text: str | None = None) -> None:
@@ -198,6 +241,26 @@ def _describe(context: SparkContext, text: str | None = None) -> None:
             context.setJobDescription(text)
         except Exception:  # noqa: BLE001 - a description must never fail a run
             pass
+
+
+# The Connect session built here, whose operations `describe_jobs` tags; None without one.
+_connect_session: SparkSession | None = None
+
+
+def _connect(url: str, app_name: str) -> SparkSession:
+    """A Spark Connect session at `url` (ferry.connect), tagged with the job's name."""
+    global _connect_session
+    settings = {k: v for k, v in DEFAULTS.items() if k.startswith("spark.sql.")}
+    spark = connect.open_session(url, {**settings, **_requested_conf})
+    _connect_session = spark
+    _tag(spark, app_name)
+    return spark
+
+
+def _tag(spark: SparkSession, text: str | None = None) -> None:
+    text = text if text is not None else _description
+    if text is not None:
+        connect.tag_operations(spark, text)
 
 
 def _under_spark_submit() -> bool:
@@ -240,7 +303,7 @@ def _direct(app_name: str) -> SparkSession.Builder:
         if master.startswith("local"):
             builder = builder.config("spark.executor.extraJavaOptions", java_options)
     defaults = {**DEFAULTS, **(LOCAL_DEFAULTS if master.startswith("local") else {})}
-    for key, value in defaults.items():
+    for key, value in {**defaults, **_requested_conf}.items():
         builder = builder.config(key, value)
     return builder
 
@@ -248,7 +311,10 @@ def _direct(app_name: str) -> SparkSession.Builder:
 def has_delta_jars(spark: SparkSession) -> bool:
     """True when delta-spark's JVM classes are on this session's classpath (asked once per
     SparkContext: a lookup that fails costs 60 ms of Py4J's error handling, and a ledger
-    asks at every append)."""
+    asks at every append). A Connect session has no classpath to look in: it tells by its
+    settings (`ferry.connect.has_delta`)."""
+    if is_connect(spark):
+        return connect.has_delta(spark)
     context = spark.sparkContext
     known = _DELTA_JARS.get(context)
     if known is None:
@@ -269,6 +335,15 @@ def _looks_up_delta(context: SparkContext) -> bool:
         return True
     except Exception:
         return False
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism: the context's, or on Connect (no context) the number of
+    splits the server plans for a range with none given (leafNodeDefaultParallelism, the
+    default parallelism unless set): one analysis round trip, asked once per session."""
+    if is_connect(spark):
+        return connect.parallelism(spark)
+    return spark.sparkContext.defaultParallelism
 
 
 SparkOrLater = SparkSession | Callable[[], SparkSession]  # a session, or one still starting
@@ -296,11 +371,15 @@ def arrow_df(spark: SparkSession, table, schema: StructType) -> DataFrame:  # no
     # and Spark needs at least one chunk per column, even of nothing
     kept = batches or [pa.RecordBatch.from_pylist([], schema=table.schema)]
     df = spark.createDataFrame(pa.Table.from_batches(kept, schema=table.schema), schema)
+    if is_connect(spark):
+        # Connect sends the table to the server as one local relation (cached there above
+        # spark.sql.session.localRelationCacheThreshold), not a partition per batch.
+        return df
     # Above the local relation threshold PySpark makes every Arrow batch of at most
     # arrow.maxRecordsPerBatch rows a partition: a driver read of 640,000 records was 79 tasks
     # in every query that scanned it. Two tasks a core do the same work (a broadcast join
     # over them: 0.46 -> 0.35 s); a local relation is left alone (collected without a job).
-    tasks = 2 * spark.sparkContext.defaultParallelism
+    tasks = 2 * default_parallelism(spark)
     if table.num_rows > tasks:
         conf = spark._jconf  # the settings Spark's own conversion reads
         rows_per_batch = conf.arrowMaxRecordsPerBatch()

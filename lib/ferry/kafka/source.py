@@ -228,9 +228,11 @@ def read_with_spark(
     The cluster's client properties and reader settings travel as options.
 
     Small ranges share tasks down to `min_partitions` tasks (default: twice Spark's default
-    parallelism, so every core stays busy)."""
+    parallelism, so every core stays busy; on Connect, as the server plans it)."""
     if min_partitions is None:
-        min_partitions = 2 * spark.sparkContext.defaultParallelism
+        from ferry.session import default_parallelism
+
+        min_partitions = 2 * default_parallelism(spark)
     register(spark)
     reader = spark.read.format(SOURCE_NAME)
     for key, value in cluster.conf.items():

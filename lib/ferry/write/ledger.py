@@ -110,21 +110,33 @@ def new_run_id(action: str) -> str:
 
 def provenance(spark: SparkSession) -> dict[str, str]:
     """Where a commit comes from: Ferry's version, the Spark application id, and the user Spark
-    runs as (on YARN the submitting user, as Hadoop sees it; locally the login)."""
+    runs as (on YARN the submitting user, as Hadoop sees it; locally the login). A Connect
+    session has no context to ask: the server's application id is its `spark.app.id`, and
+    the user is the one the server runs the session's queries as (`current_user()`, on
+    Databricks the workspace user)."""
+    from ferry.session import is_connect
     from ferry.version import ferry_version
 
-    sc = spark.sparkContext
-    try:
-        user = sc.sparkUser()
-    except Exception:  # noqa: BLE001 - a missing user must not stop a write
-        user = ""
+    if is_connect(spark):
+        app_id = spark.conf.get("spark.app.id", None) or ""
+        try:
+            user = str(spark.sql("SELECT current_user()").first()[0] or "")  # type: ignore[index]
+        except Exception:  # noqa: BLE001 - a missing user must not stop a write
+            user = ""
+    else:
+        sc = spark.sparkContext
+        app_id = sc.applicationId
+        try:
+            user = sc.sparkUser()
+        except Exception:  # noqa: BLE001 - a missing user must not stop a write
+            user = ""
     if not user:
         import getpass
 
         user = getpass.getuser()
     return {
         "ferry.version": ferry_version(),
-        "ferry.spark_app_id": sc.applicationId,
+        "ferry.spark_app_id": app_id,
         "ferry.user": user,
     }
 

@@ -1,0 +1,142 @@
+"""The `ferry` command, installed with the package: `ferry [--remote URL] [--conf K=V ...] JOB
+[JOB OPTIONS]` runs a job as `./spark-submit.sh JOB` does, with the same options, config,
+output formats and exit codes (0, 1, 2, 75), through the same `main` (ferry.jobs).
+
+The session: with `--remote sc://HOST:PORT/;token=...` (or $SPARK_REMOTE) a Spark Connect
+session, with no JVM in this process (docs/connect.md); without, the session the environment
+gives (a Databricks job's, a notebook's) or a local one, as a job run directly starts
+(ferry.session). `--remote` and `--conf` may come before JOB or among its options; `--conf`
+sets the session's settings (a Connect session's own, or the local Spark's).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ferry.errors import EXIT_OK, EXIT_USAGE
+
+USAGE = "usage: ferry [--remote sc://HOST:PORT] [--conf K=V ...] JOB [JOB OPTIONS]"
+# The options the command takes for itself, wherever they are given (each takes a value).
+OWN_OPTIONS = ("--remote", "--conf")
+
+
+class CommandLineError(Exception):
+    """A command line the command cannot take: the one line says why (exit code 2)."""
+
+
+def split_own_options(argv: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """The command's own options (by name, each value given) and the rest, in order. Nothing
+    after `--` is the command's."""
+    own: dict[str, list[str]] = {name: [] for name in OWN_OPTIONS}
+    rest: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        name, eq, value = arg.partition("=")
+        if name in OWN_OPTIONS:
+            if not eq:
+                if i + 1 >= len(args):
+                    raise CommandLineError(f"{name} needs a value")
+                i += 1
+                value = args[i]
+            own[name].append(value)
+        else:
+            rest.append(arg)
+        i += 1
+    return own, rest
+
+
+def settings(values: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        key, eq, setting = value.partition("=")
+        if not eq or not key:
+            raise CommandLineError(f"--conf needs KEY=VALUE, got '{value}'")
+        out[key] = setting
+    return out
+
+
+def jobs_list() -> str:
+    from ferry.jobs import JOBS
+
+    return " ".join(sorted(JOBS))
+
+
+def job_main(name: str) -> Callable[[list[str]], int]:
+    """The `main` of the job `name`: its module in ferry.jobs, or, in a checkout whose job
+    is still only an entry point script (jobs/NAME.py), that script's."""
+    from ferry.jobs import JOBS
+
+    module_name = JOBS.get(name)
+    if module_name is None:
+        raise CommandLineError(f"unknown job '{name}' (jobs: {jobs_list()}; see --help)")
+    try:
+        return importlib.import_module(module_name).main
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+    script = Path(__file__).resolve().parents[2] / "jobs" / f"{name.replace('-', '_')}.py"
+    if not script.is_file():
+        raise CommandLineError(f"job '{name}' is not in this installation of ferry")
+    spec = importlib.util.spec_from_file_location(f"ferry_job_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.main
+
+
+def prepare(argv: Sequence[str]) -> tuple[Callable[[list[str]], int], list[str]] | int:
+    """The job's main and its arguments, with the session asked for; or the exit code of a
+    command line that runs no job (help, version, a usage error, said on stderr)."""
+    from ferry.session import request_settings
+
+    try:
+        own, rest = split_own_options(argv)
+        conf = settings(own["--conf"])
+        if not rest or rest[0] in ("-h", "--help"):
+            print(USAGE, file=sys.stderr)
+            print(f"jobs: {jobs_list()}", file=sys.stderr)
+            return EXIT_USAGE
+        if rest[0] == "--version":
+            from ferry.cli import version_line
+
+            print(version_line())
+            return EXIT_OK
+        if rest[0].startswith("-"):
+            raise CommandLineError(f"unknown option {rest[0]} (before JOB: --remote, --conf)")
+        main = job_main(rest[0])
+        if own["--remote"]:
+            url = own["--remote"][-1]
+            if not url.startswith("sc://"):
+                raise CommandLineError(
+                    f"--remote takes a Spark Connect URL (sc://HOST:PORT/;token=...), got '{url}'"
+                )
+            os.environ["SPARK_REMOTE"] = url  # ferry.session builds a Connect session
+        request_settings(conf)
+        return main, rest[1:]
+    except CommandLineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The console script: run the job and end the process with its exit code."""
+    from ferry.cli import exit_process, run_process
+
+    prepared = prepare(sys.argv[1:] if argv is None else argv)
+    if isinstance(prepared, int):
+        exit_process(prepared)
+    job, args = prepared
+    exit_process(run_process(job, args))
+
+
+if __name__ == "__main__":
+    main()
