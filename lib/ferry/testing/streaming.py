@@ -37,32 +37,111 @@ def connector_package() -> str:
 
 
 @dataclass
+class Source:
+    """One Kafka source of a query: exactly one of `subscribe`, `subscribe_pattern` (a Java
+    regex) or `assign` (topic → partitions); `name` names it (`DataStreamReader.name`, the key
+    of its line in a `v2` offset log); `bootstrap` defaults to the query's."""
+
+    subscribe: str | None = None
+    subscribe_pattern: str | None = None
+    assign: dict[str, list[int]] | None = None
+    name: str | None = None
+    bootstrap: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    def strategy(self) -> tuple[str, str]:
+        """The reader option that says what the source reads, and its value."""
+        if self.assign is not None:
+            return "assign", json.dumps({t: list(ps) for t, ps in self.assign.items()})
+        if self.subscribe_pattern is not None:
+            return "subscribePattern", self.subscribe_pattern
+        assert self.subscribe is not None, "a source subscribes, assigns, or has a pattern"
+        return "subscribe", self.subscribe
+
+
+@dataclass
 class Query:
     name: str
     bootstrap: str
-    topic: str
+    topic: str  # the one topic a single-source query subscribes to ("" when `sources` is set)
     checkpoint: str
     sink: str
     kind: str = "stateless"  # or "count"
     max_offsets_per_trigger: int | None = None
     fail_at_batch: int | None = None
     options: dict[str, str] = field(default_factory=dict)  # failOnDataLoss and the like
+    # Several sources (their rows unioned), or one read another way than `subscribe`.
+    sources: list[Source] = field(default_factory=list)
+    # "v1": Spark's DSv1 `KafkaSource` (`disabledV2MicroBatchReaders`), "v2" its default.
+    reader: str = "v2"
+    # Spark session settings of this query alone (`offsetLog.formatVersion` and the like).
+    conf: dict[str, str] = field(default_factory=dict)
+    # Writer options (`asyncProgressTrackingEnabled` and the like).
+    writer_options: dict[str, str] = field(default_factory=dict)
+    # Batches from `sleep_from_batch` on sleep this long in `foreachBatch` before writing.
+    sleep_s: float = 0
+    sleep_from_batch: int = 0
+    # This query's trigger when not the run's: "available_now", "once", seconds ("2"), or
+    # "continuous:SECONDS" (then the sink is the Kafka topic `sink_topic`).
+    trigger: str | None = None
+    # Stop the query (`StreamingQuery.stop()`) once it finished this batch (or epoch).
+    stop_after_batch: int | None = None
+    # Stop the query (`StreamingQuery.stop()`) this many seconds after it started.
+    stop_after_s: float | None = None
+    # Write the rows to this Kafka topic (on `sink_bootstrap`, default the query's) instead
+    # of `foreachBatch` (continuous queries support no `foreachBatch`): key, and
+    # value `"VALUE"`; `topic_sink_values` reads it back.
+    sink_topic: str | None = None
+    sink_bootstrap: str | None = None
+
+    def source_list(self) -> list[Source]:
+        if self.sources:
+            return [s if isinstance(s, Source) else Source(**s) for s in self.sources]
+        return [Source(subscribe=self.topic)]
+
+
+def _session(spark, q: Query):  # noqa: ANN001, ANN202 - a SparkSession
+    """The query's own session (the application's SparkContext, its own SQL settings)."""
+    settings = dict(q.conf)
+    if q.reader == "v1":
+        settings["spark.sql.streaming.disabledV2MicroBatchReaders"] = (
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+        )
+    if not settings:
+        return spark
+    session = spark.newSession()
+    for key, value in settings.items():
+        session.conf.set(key, value)
+    return session
+
+
+def _read(session, q: Query, source: Source):  # noqa: ANN001, ANN202 - a DataFrame
+    option, value = source.strategy()
+    reader = (
+        session.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", source.bootstrap or q.bootstrap)
+        .option(option, value)
+        .option("startingOffsets", "earliest")
+    )
+    if source.name:
+        reader = reader.name(source.name)
+    if q.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(q.max_offsets_per_trigger))
+    for key, val in {**q.options, **source.options}.items():
+        reader = reader.option(key, val)
+    return reader.load()
 
 
 def _run_one(spark, q: Query, trigger: str):  # noqa: ANN001, ANN202 - a StreamingQuery
+    import time
+
     from pyspark.sql import functions as F
 
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", q.bootstrap)
-        .option("subscribe", q.topic)
-        .option("startingOffsets", "earliest")
-    )
-    if q.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(q.max_offsets_per_trigger))
-    for key, value in q.options.items():
-        reader = reader.option(key, value)
-    df = reader.load()
+    session = _session(spark, q)
+    frames = [_read(session, q, source) for source in q.source_list()]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
     if q.kind == "count":
         out = df.groupBy(F.col("key").cast("string").alias("key")).count()
         mode = "complete"
@@ -70,6 +149,7 @@ def _run_one(spark, q: Query, trigger: str):  # noqa: ANN001, ANN202 - a Streami
         out = df.select(
             F.col("key").cast("string").alias("key"),
             F.col("value").cast("string").alias("value"),
+            "topic",
             "partition",
             "offset",
         )
@@ -78,15 +158,65 @@ def _run_one(spark, q: Query, trigger: str):  # noqa: ANN001, ANN202 - a Streami
     def write(batch_df, batch_id: int) -> None:  # noqa: ANN001
         if q.fail_at_batch is not None and batch_id == q.fail_at_batch:
             raise RuntimeError(f"{q.name}: batch {batch_id} fails on purpose")
+        if q.sleep_s and batch_id >= q.sleep_from_batch:
+            time.sleep(q.sleep_s)
         batch_df.write.mode("overwrite").parquet(f"{q.sink}/batch_id={batch_id}")
 
-    writer = out.writeStream.outputMode(mode).option("checkpointLocation", q.checkpoint)
-    writer = writer.foreachBatch(write).queryName(q.name)
+    trigger = q.trigger or trigger
+    if q.sink_topic:
+        writer = (
+            out.select("key", "value").writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", q.sink_bootstrap or q.bootstrap)
+            .option("topic", q.sink_topic)
+        )  # fmt: skip
+    else:
+        writer = out.writeStream.foreachBatch(write)
+    writer = writer.outputMode(mode).option("checkpointLocation", q.checkpoint).queryName(q.name)
+    for key, value in q.writer_options.items():
+        writer = writer.option(key, value)
     if trigger == "available_now":
         writer = writer.trigger(availableNow=True)
+    elif trigger == "once":
+        writer = writer.trigger(once=True)
+    elif trigger.startswith("continuous:"):
+        writer = writer.trigger(continuous=f"{float(trigger.split(':')[1]):g} seconds")
     else:
         writer = writer.trigger(processingTime=f"{float(trigger):g} seconds")
     return writer.start()
+
+
+def _done(q: Query, running) -> int:  # noqa: ANN001 - a StreamingQuery
+    """The newest batch (or epoch) the query finished: its last progress report's, or the
+    newest in `commits/` (async progress tracking writes only some of them there)."""
+    commits = Path(q.checkpoint) / "commits"
+    names = os.listdir(commits) if commits.is_dir() else []
+    progress = running.lastProgress or {}
+    reported = progress.get("batchId", -1) if progress.get("numInputRows") is not None else -1
+    return max([reported] + [int(n) for n in names if n.isdigit()])
+
+
+def _wait(queries: Sequence[tuple[Query, object]]) -> dict[str, str | None]:
+    """Until every query ends: query name → None, or its error on one line. A query with
+    `stop_after_batch` is stopped (`StreamingQuery.stop()`) once it finished that batch, one
+    with `stop_after_s` that long after the queries started."""
+    import time
+
+    outcome: dict[str, str | None] = {}
+    started = time.monotonic()
+    while len(outcome) < len(queries):
+        for q, running in queries:
+            if q.name in outcome:
+                continue
+            try:
+                if running.awaitTermination(0.2):  # type: ignore[attr-defined]
+                    outcome[q.name] = None
+                elif q.stop_after_batch is not None and _done(q, running) >= q.stop_after_batch:
+                    running.stop()  # type: ignore[attr-defined]
+                elif q.stop_after_s is not None and time.monotonic() - started > q.stop_after_s:
+                    running.stop()  # type: ignore[attr-defined]
+            except Exception as exc:  # noqa: BLE001 - the query's failure is the outcome
+                outcome[q.name] = " ".join(str(exc).split())[:4000] or "failed"
+    return outcome
 
 
 def _child(spec_path: str) -> int:
@@ -105,14 +235,13 @@ def _child(spec_path: str) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
-    queries = [(Query(**q), _run_one(spark, Query(**q), spec["trigger"])) for q in spec["queries"]]
-    outcome: dict[str, str | None] = {}
-    for q, running in queries:
+    started, outcome = [], {}
+    for q in [Query(**q) for q in spec["queries"]]:
         try:
-            running.awaitTermination()
-            outcome[q.name] = None
-        except Exception as exc:  # noqa: BLE001 - the query's failure is the outcome
+            started.append((q, _run_one(spark, q, spec["trigger"])))
+        except Exception as exc:  # noqa: BLE001 - a query Spark refuses to start: its outcome
             outcome[q.name] = " ".join(str(exc).split())[:4000] or "failed"
+    outcome.update(_wait(started))
     print("FERRY-STREAMING " + json.dumps(outcome), flush=True)
     spark.stop()
     return 0
