@@ -410,3 +410,58 @@ def test_the_readme_yarn_command_runs_as_written_with_the_shipped_config(yarn, t
     finally:
         src.stop()
         dst.stop()
+
+
+def test_a_checkpoint_on_hdfs_killed_inside_its_rewrite_is_finished_by_the_rerun(
+    yarn, clusters, spark, unique, tmp_path
+):
+    """`migrate --checkpoint hdfs://...` killed inside a file's replace (its temporary file
+    whole, not yet renamed over offsets/4): on HDFS every offsets file is still the original or
+    the translation, and the same command again ends as a run on a local copy ends, through
+    HDFS's rename with overwrite (FileContext)."""
+    import shutil
+
+    from ferry.checkpoint.store import HadoopStore
+
+    from .jobrunner import run_job, write_migrate_config
+    from .test_checkpoint import offsets_files, records, spark_checkpoint
+    from .test_checkpoint_killed import killed_at
+
+    src, dst = clusters
+    topic = f"{unique}-events"
+    create_topics(src.config, {topic: 2})
+    create_topics(dst.config, {topic: 2})
+    produce(dst.config, topic, 0, [Record(b"x", b"old", BASE)] * 7)
+    for p in range(2):
+        produce(src.config, topic, p, records(topic, p, 0, 30))
+        produce(dst.config, topic, p, records(topic, p, 0, 30))
+    config = write_migrate_config(tmp_path, src, dst, unique)
+    local = spark_checkpoint(tmp_path / "local", topic)
+    original = offsets_files(local)
+    shutil.copytree(local, tmp_path / "clean")
+    argv = ("--idle", "0s", "--execute")
+    clean = run_job("migrate", "--config", config, "--checkpoint", tmp_path / "clean", *argv)
+    assert clean.code == 0, clean.stderr
+    translated = offsets_files(tmp_path / "clean")
+
+    root = f"{yarn.fs}/checkpoints/{unique}"
+    hdfs = HadoopStore(spark, root)
+    for file in local.rglob("*"):
+        if file.is_file() and not file.name.endswith(".crc"):
+            hdfs.write(str(file.relative_to(local)), file.read_bytes())
+
+    def on_hdfs() -> dict[str, bytes]:
+        names = [f.name for f in hdfs.list("offsets") if f.name.isdigit()]
+        return {name: hdfs.read(f"offsets/{name}") for name in names}
+
+    # the run's four copies and `ready` come first: its 6th write is offsets/4
+    killed_at("store.before-rename#6", config, "--checkpoint", root, *argv)
+    assert any(f.name.endswith(".ferry-tmp") for f in hdfs.list("offsets"))
+    now = on_hdfs()
+    assert set(now) == set(original)
+    assert all(now[b] in (original[b], translated[b]) for b in now), now
+
+    again = run_job("migrate", "--config", config, "--checkpoint", root, *argv)
+    assert again.code == 0, again.stderr
+    assert "killed before its outcome" in again.stderr
+    assert on_hdfs() == translated
