@@ -14,9 +14,11 @@ beside it (`STALE_MS`).
 
 The file is JSON: {"code": int, "stdout": str, "stderr": str}. It is written through the
 driver JVM's Hadoop filesystem (the one the ledger is written with) under a temporary name and
-renamed, so a reader never sees half of one. The reader runs Hadoop's FsShell from the
-installed PySpark's jars with the user's HADOOP_CONF_DIR (and $FERRY_HADOOP_CLASSPATH: jars
-for filesystems PySpark does not carry, such as hadoop-aws for s3a://).
+renamed, so a reader never sees half of one; a Spark Connect session has no JVM here, and
+writes it through pyarrow.fs instead (ferry.checkpoint.arrow_store, docs/connect.md). The
+reader runs Hadoop's FsShell from the installed PySpark's jars with the user's
+HADOOP_CONF_DIR (and $FERRY_HADOOP_CLASSPATH: jars for filesystems PySpark does not carry,
+such as hadoop-aws for s3a://).
 """
 
 from __future__ import annotations
@@ -82,7 +84,12 @@ def _write(uri: str, data: bytes) -> None:
 
     # A job that failed before it built its session (a config error) still reports: the
     # application master waits for a session anyway.
+    from ferry.session import is_connect
+
     spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    if is_connect(spark):
+        _write_without_jvm(uri, data)
+        return
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     target = jvm.org.apache.hadoop.fs.Path(uri)
@@ -98,6 +105,26 @@ def _write(uri: str, data: bytes) -> None:
         raise OSError(f"could not rename {tmp} to {target}")
     try:
         _remove_stale(jvm, fs, target)
+    except Exception:  # noqa: BLE001 - the run's result is written; this is housekeeping
+        pass
+
+
+def _write_without_jvm(uri: str, data: bytes) -> None:
+    """`_write` for a session with no JVM here (Spark Connect): through pyarrow.fs
+    (ferry.checkpoint.arrow_store: renamed into place, or one whole put on an object store)."""
+    import time
+
+    from ferry.checkpoint.arrow_store import ArrowStore
+
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    store = ArrowStore(parent or "/")
+    store.write(name, data)
+    cutoff = int(time.time() * 1000) - STALE_MS
+    try:
+        for info in store.list(""):
+            if info.name.startswith("ferry-") and info.name.endswith(".json"):
+                if info.modified_ms < cutoff:
+                    store.delete(info.name)
     except Exception:  # noqa: BLE001 - the run's result is written; this is housekeeping
         pass
 

@@ -78,8 +78,8 @@ def server(tmp_path_factory):
             os.killpg(process.pid, 9)
 
 
-def ferry(remote: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+def ferry(remote: str, *args: str, timeout: int = 300, **extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"} | extra
     return subprocess.run(
         [str(FERRY), *args, "--remote", remote], capture_output=True, text=True,
         timeout=timeout, env=env, check=False,
@@ -278,3 +278,20 @@ def test_a_server_whose_workers_lack_ferry_says_so_in_one_line(worlds, server, t
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("error: Spark's Python workers cannot import ferry"), lines
+
+
+def test_a_result_file_is_written_without_a_jvm(worlds, server, tmp_path):
+    # A cluster-mode driver's result file (ferry.result), from a Connect session: through
+    # pyarrow.fs, and result files of a day ago beside it are removed.
+    stale = tmp_path / "ferry-old.json"
+    stale.write_text("{}")
+    os.utime(stale, (time.time() - 2 * 86400, time.time() - 2 * 86400))
+    target = tmp_path / "ferry-run.json"
+    done = ferry(
+        server, "lag-status", "--config", worlds["classic"]["ok"],
+        "--set", f"history.path={tmp_path}/none", FERRY_RESULT=f"file:{target}",
+    )  # fmt: skip
+    assert done.returncode == 1
+    result = json.loads(target.read_text())
+    assert result["code"] == 1 and result["stderr"].startswith("error: no lag history at")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ferry-run.json"]
