@@ -5,8 +5,8 @@ World: one topic of PARTITIONS (256) partitions on a local source cluster, copie
 destination from a later offset (offsets differ), with short runs of identical records in one
 millisecond (`migrate_bench.produce_world`). One stopped group has committed offsets on every
 partition; a Structured Streaming checkpoint holds the very same positions in its newest,
-committed batch (`offsets/N` and `commits/N` as Spark 4.2 writes them: the translation reads
-only those). Then, alternating, ROUNDS times each, through the real job in-process on a warm
+committed batch (`offsets/N-1`, `offsets/N` and `commits/N` as Spark 4.2 writes them: the
+translation reads both offsets files, as Spark does on restart). Then, alternating, ROUNDS times each, through the real job in-process on a warm
 session:
 
 1. `migrate` dry run of that group (the baseline);
