@@ -128,14 +128,23 @@ def prepare(argv: Sequence[str]) -> tuple[Callable[[list[str]], int], list[str]]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """The console script: run the job and end the process with its exit code."""
+    """The console script: run the job and end the process with its exit code. In a
+    Databricks job (a Python wheel task calls this entry point inside the cluster's Python
+    process, which must live on) the code is raised as SystemExit instead, which fails the
+    task with it for any code but 0 (docs/databricks.md)."""
     from ferry.cli import exit_process, run_process
 
     prepared = prepare(sys.argv[1:] if argv is None else argv)
     if isinstance(prepared, int):
-        exit_process(prepared)
-    job, args = prepared
-    exit_process(run_process(job, args))
+        code = prepared
+    else:
+        job, args = prepared
+        code = run_process(job, args)
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise SystemExit(code)
+    exit_process(code)
 
 
 if __name__ == "__main__":
