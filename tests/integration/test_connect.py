@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -36,46 +35,14 @@ BASE = 1_760_000_000_000
 RUN_KEYS = re.compile(r"^(run_id|.*_at|run_time|row_time|time_lag_ms|timestamp|observedAt)$")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A Spark Connect server from the installed PySpark, in its own process: local[2], its
     Python workers on this interpreter (where ferry and confluent-kafka are installed)."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    env.pop("SPARK_REMOTE", None)
-    command = [
-        str(submit), "--master", "local[2]",
-        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--conf", f"spark.connect.grpc.binding.port={port}",
-        "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.shuffle.partitions=8",
-        "spark-internal",
-    ]  # fmt: skip
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        deadline = time.monotonic() + 180
-        while "Spark Connect server started" not in log.read_text():
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the Spark Connect server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"sc://localhost:{port}"
-    finally:
-        os.killpg(process.pid, 15)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
+    from ferry.testing.connect_server import connect_server
+
+    with connect_server(tmp_path_factory.mktemp("connect") / "server.log") as url:
+        yield url
 
 
 def ferry(remote: str, *args: str, timeout: int = 300, **extra: str) -> subprocess.CompletedProcess:
