@@ -5,7 +5,7 @@
     ./spark-submit.sh groups copy     --config FILE --from OLD --to NEW [--to NEW2 ...]
                                       [--topic REGEX] [--allow-active-source] [--delete-source]
     ./spark-submit.sh groups reset    --config FILE --group REGEX (--all-topics | --topic T[:P,..])
-                                      SPEC [--export]
+                                      SPEC [--export] [--new-run]
     ./spark-submit.sh groups delete   --config FILE --group REGEX
     ./spark-submit.sh groups rollback --config FILE RUN_ID   (or --rollback RUN_ID)
 
@@ -13,7 +13,8 @@ SPEC is one of --to-earliest, --to-latest, --to-current, --to-offset N, --shift-
 --to-datetime ISO8601, --by-duration PnDTnHnMnS, --from-file CSV, with kafka-consumer-groups
 semantics. Changing verbs are dry runs unless --execute, which writes through the ledger
 (docs/jobs/groups.md). Exit 0 when everything asked was done, 1 when something was not, 2 for
-usage.
+usage. A --shift-by or --by-duration reset run again after it was killed finishes the killed
+run's plan rather than shifting again; --new-run shifts again anyway.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from ferry import kafka
+from ferry import delta, kafka
 from ferry.cli import ArgumentParser, Progress, add_common_arguments, exit_process, run
 from ferry.config import load_config, require
 from ferry.errors import EXIT_OK, NoGroupsError, UsageError
-from ferry.groups import apply, describe, plans, reset, selection
+from ferry.groups import apply, describe, finish, plans, reset, selection
 from ferry.session import build_session, start_session
 from ferry.write import rollback
 from ferry.write.ledger import Ledger, new_run_id
@@ -77,6 +78,12 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     spec.add_argument("--by-duration", metavar="PnDTnHnMnS")
     spec.add_argument("--from-file", metavar="CSV")
     sub.add_argument("--export", action="store_true", help="print the plan as CSV on stdout")
+    sub.add_argument(
+        "--new-run",
+        action="store_true",
+        help="--shift-by/--by-duration: shift from where the groups are now, even when a "
+        "killed run of the same command is unfinished (default: finish that run's plan)",
+    )
 
     sub = verb("delete", "delete Empty groups")
     sub.add_argument("--group", metavar="REGEX", required=True)
@@ -123,20 +130,34 @@ def main(argv: list[str]) -> int:
         spec, value = reset.chosen_spec(vars(args), int(time.time() * 1000))
         chosen = selection.reset_selection(cluster, args.group, args.topic, args.all_topics,
                                            args.from_file)  # fmt: skip
-    ledger = None
-    if args.execute:
+        finish.check_new_run(spec, args.new_run)
+    # A relative reset reads the ledger, a dry run too: it may finish a killed run's plan.
+    relative = args.verb == "reset" and spec in finish.RELATIVE
+    spark, ledger, rerun = None, None, None
+    if args.execute or (relative and cfg.ledger.path and delta.exists(cfg.ledger.path)):
         spark = build_session(f"ferry-groups-{args.verb}")
-        ledger = Ledger(spark, cfg.ledger.path, new_run_id(args.verb), args.verb, True)
+    if relative:
+        cluster_id = cluster.conf.get("bootstrap.servers")
+        command = finish.command_key(cluster_id, spec, vars(args), chosen)
+        rerun = finish.prepare(spark, cfg.ledger.path, command, value, cluster_id,
+                               chosen.groups, args.new_run)  # fmt: skip
+        value = rerun.value
+    if args.execute:
+        run_id = new_run_id(args.verb)
+        ledger = (rerun.ledger(spark, cfg.ledger.path, run_id) if rerun
+                  else Ledger(spark, cfg.ledger.path, run_id, args.verb, True))  # fmt: skip
         progress.run_id = ledger.run_id
     write = partial(apply.write, cluster=cluster, run_ledger=ledger, lease_ms=cfg.ledger.lease_ms,
                     batch_groups=cfg.admin.batch_groups, progress=progress,
-                    allow_rewind=getattr(args, "allow_rewind", False))  # fmt: skip
+                    allow_rewind=getattr(args, "allow_rewind", False),
+                    ignore_claims=rerun.ignore_claims if rerun else ())  # fmt: skip
     if args.verb == "copy":
         planned = apply.copy(cluster, args.source, args.targets, args.topic,
                              args.allow_active_source, args.allow_rewind, args.delete_source,
                              write if ledger else None)  # fmt: skip
     elif args.verb == "reset":
-        planned = write(apply.plan_reset(cluster, chosen, spec, value, progress))
+        unfinished = rerun.unfinished if rerun else None
+        planned = write(apply.plan_reset(cluster, chosen, spec, value, progress, unfinished))
     else:
         names = selection.matching_groups(cluster, args.group)
         planned = write(plans.plan_delete(names, describe.fetch_groups(cluster, names)))

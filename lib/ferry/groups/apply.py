@@ -6,11 +6,11 @@ outcome), then the rows, warnings, summary and exit code."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ferry import kafka
 from ferry.errors import EXIT_INCOMPLETE, EXIT_OK, UsageError
-from ferry.groups import describe, plans, reset, selection
+from ferry.groups import describe, finish, plans, reset, selection
 from ferry.groups.plans import GroupChange
 from ferry.groups.reset import Target
 from ferry.kafka.cluster import Cluster
@@ -75,9 +75,11 @@ def plan_reset(
     spec: reset.ResetSpec,
     value: object,
     progress: Callable[[str], None],
+    unfinished: finish.Unfinished | None = None,
 ) -> list[GroupChange]:
     """`groups reset`: each chosen group's targets, from the cluster's log bounds (and, for a
-    time spec, its timestamp lookups) now."""
+    time spec, its timestamp lookups) now; with `unfinished`, a killed relative reset's plan
+    finished (`ferry.groups.finish`: `value` is then the one that plan resolved)."""
     state = describe.fetch_groups(cluster, chosen.groups)
     selection.check_scope(chosen.scope, state.topic_partitions)
     partitions = plans.reset_partitions(chosen.groups, state, chosen.scope, chosen.file_offsets)
@@ -87,7 +89,8 @@ def plan_reset(
     at_time = None
     if spec.is_at_time:
         at_time = kafka.offsets_for_timestamps(cluster, dict.fromkeys(keys, value), bounds)
-    return plans.plan_reset(partitions, state, spec, value, chosen.file_offsets, bounds, at_time)
+    planned = plans.plan_reset(partitions, state, spec, value, chosen.file_offsets, bounds, at_time)
+    return planned if unfinished is None else finish.plan_finish(unfinished, state, planned)
 
 
 def write(
@@ -98,10 +101,12 @@ def write(
     batch_groups: int | None,
     allow_rewind: bool,
     progress: Callable[[str], None],
+    ignore_claims: Collection[str] = (),
 ) -> list[GroupChange]:
     """Write every planned group that has something to write; the rest are recorded as kept.
     Each change's outcome (or error) is set on it. No ledger: a dry run, nothing written.
-    Returns `planned`."""
+    `ignore_claims`: runs whose open intents do not hold a group back (a killed run this one
+    finishes). Returns `planned`."""
     if run_ledger is None:
         return planned
     writes = group_writes(planned, cluster, allow_rewind)
@@ -109,8 +114,9 @@ def write(
     cluster_id = cluster.conf.get("bootstrap.servers")
     kept = plans.ledger_rows([c for c in planned if c.group not in written], cluster_id, True)
     outcomes = commit.execute_writes(
-        cluster, writes, kept, run_ledger, lease_ms, progress, batch_groups
-    )
+        cluster, writes, kept, run_ledger, lease_ms, progress, batch_groups,
+        ignore_claims=ignore_claims,
+    )  # fmt: skip
     record_outcomes(planned, outcomes)
     return planned
 

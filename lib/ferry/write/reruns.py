@@ -1,0 +1,160 @@
+"""A command's runs in the ledger, for commands whose rerun must finish a killed run instead
+of acting again (a relative `groups reset`: `--shift-by`, `--by-duration`).
+
+Each commit of such a run (`CommandLedger`) names in its `userMetadata`, beside the run and
+phase every commit names: the command (a canonical string its caller makes), the plan it
+carries out (the run that made the plan: itself, or the killed run it finishes), the value the
+command resolved to once (a `--by-duration`'s timestamp) and when the run began. `find_plan`
+reads the newest plan of a command back from the Delta log (`DESCRIBE HISTORY`, newest first,
+only as far back as that plan's first run), and `read_writes` the intent and outcome rows
+appended on a cluster since it began: its runs' rows and any other run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+
+from ferry import delta
+from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, Ledger, LedgerError
+
+COMMAND = "ferry.command"
+PLAN = "ferry.plan"
+RESOLVED = "ferry.resolved"
+RUN_TIME = "ferry.run_time"
+RUN_ID = "ferry.run_id"
+SUPERSEDES = "ferry.supersedes"
+
+# The columns `read_writes` returns: what a finishing run needs of each write row.
+WRITE_COLUMNS = [
+    "run_id", "group", "topic", "partition", "previous_offset", "new_offset", "phase",
+    "is_committed", "status", "rollback_of", "row_time",
+]  # fmt: skip
+
+
+class CommandLedger(Ledger):
+    """An executing run's ledger whose every commit also names its command, its plan (`plan`:
+    the run that made it; None: this run), the command's resolved value, and the runs of
+    earlier plans this one sets aside (`supersedes`: their open intents are no claim)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        path: str,
+        run_id: str,
+        action: str,
+        command: str,
+        resolved: str,
+        plan: str | None = None,
+        supersedes: Collection[str] = (),
+    ) -> None:
+        super().__init__(spark, path, run_id, action, True)
+        self.command = command
+        self.resolved = resolved
+        self.plan = plan or run_id
+        self.supersedes = sorted(set(supersedes))
+
+    def commit_metadata(self, phase: str) -> dict[str, str]:
+        meta = super().commit_metadata(phase)
+        meta.update(
+            {
+                COMMAND: self.command,
+                PLAN: self.plan,
+                RESOLVED: self.resolved,
+                RUN_TIME: self.run_time.isoformat(),
+                SUPERSEDES: ",".join(self.supersedes),
+            }
+        )
+        return meta
+
+
+@dataclass(frozen=True)
+class PlanRuns:
+    """The newest plan of a command: the run that made it and every run that carried it out
+    since (finishing runs), as far as the log says."""
+
+    plan: str  # the run that made the plan
+    runs: tuple[str, ...]  # its runs, oldest first
+    latest: str  # the newest of them
+    resolved: str  # the value the plan's first run resolved the command to
+    since: datetime  # when the oldest of its runs found began
+    started: dict[str, datetime]  # run → when it began
+    superseded: frozenset[str] = frozenset()  # runs of earlier plans its runs set aside
+
+
+def find_plan(spark: SparkSession, path: str, command: str) -> PlanRuns | None:
+    """The newest plan of `command` in the ledger's log (None: no run of it there, or no
+    ledger yet). The log is read newest first, 256 commits, then 8 times as many, until the
+    plan's first run is found or the log ends."""
+    if not delta.exists(path):
+        return None
+    limit = 256
+    while True:
+        try:
+            history = delta.commit_metadata(spark, path, limit)
+        except Exception as exc:  # noqa: BLE001 - any storage failure is the same to the user
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise LedgerError(f"cannot read ledger {path}'s history: {reason}") from exc
+        found = plan_of(history, command)
+        if (found is not None and found.plan in found.runs) or len(history) < limit:
+            return found
+        limit *= 8
+
+
+def plan_of(history: list[tuple[int, dict]], command: str) -> PlanRuns | None:
+    """`find_plan` on commits given newest first as (version, userMetadata)."""
+    latest: dict | None = None
+    oldest: dict[str, dict] = {}  # run → its oldest commit seen
+    for _version, meta in history:
+        if meta.get(COMMAND) != command or not meta.get(RUN_ID) or not meta.get(RUN_TIME):
+            continue
+        latest = latest or meta
+        if meta.get(PLAN) == latest.get(PLAN):
+            oldest[meta[RUN_ID]] = meta
+    if latest is None:
+        return None
+    started = {run: datetime.fromisoformat(meta[RUN_TIME]) for run, meta in oldest.items()}
+    runs = tuple(sorted(started, key=lambda run: (started[run], run)))
+    first = oldest[runs[0]]
+    superseded = {
+        run for meta in oldest.values() for run in str(meta.get(SUPERSEDES) or "").split(",") if run
+    }
+    return PlanRuns(
+        plan=str(latest.get(PLAN) or latest[RUN_ID]),
+        runs=runs,
+        latest=latest[RUN_ID],
+        resolved=str(first.get(RESOLVED, "")),
+        since=min(started.values()),
+        started=started,
+        superseded=frozenset(superseded - set(runs)),
+    )
+
+
+def read_writes(
+    spark: SparkSession,
+    path: str,
+    cluster: str | None,
+    since: datetime,
+    groups: Collection[str] | None = None,
+    run_id: str | None = None,
+) -> list[dict]:
+    """Executing runs' intent and outcome rows on `cluster` appended since `since` (of
+    `groups` only, and of `run_id` only, when given), `WRITE_COLUMNS` each."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    equal: dict[str, object] = {"cluster": cluster, "is_executed": True}
+    if run_id is not None:
+        equal["run_id"] = run_id
+    where = delta.Where(equal=equal, any_of={"phase": [PHASE_INTENT, PHASE_OUTCOME]})
+    try:
+        table = delta.read_since(spark, path, "row_time", since, WRITE_COLUMNS, where)
+    except Exception as exc:  # noqa: BLE001
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise LedgerError(f"cannot read ledger {path}: {reason}") from exc
+    if groups is not None:
+        table = table.filter(pc.is_in(table.column("group"), pa.array(sorted(groups), pa.string())))
+    return table.to_pylist()

@@ -1,0 +1,155 @@
+"""A relative reset run again after a kill (issue #68): which command is "the same", which plan
+the ledger's log names, and what the finishing run does with each group (pure parts of
+`ferry.groups.finish` and `ferry.write.reruns`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from ferry.groups import finish
+from ferry.groups.describe import GroupsSnapshot
+from ferry.groups.plans import GroupChange, change_status
+from ferry.groups.reset import ResetSpec
+from ferry.groups.selection import ResetSelection
+from ferry.kafka.groups import GroupInfo
+from ferry.status import GroupState, GroupStatus
+from ferry.write import reruns
+
+T0 = datetime(2026, 12, 6, 3, 0, tzinfo=timezone.utc)
+P0, P1 = ("t", 0), ("t", 1)
+
+
+def key(spec=ResetSpec.SHIFT_BY, scope=None, **options):
+    options = {"group": "g-.*", "shift_by": -50, "by_duration": "PT1H", **options}
+    return finish.command_key("b:9092", spec, options, ResetSelection(["g-1"], scope, None))
+
+
+def test_the_same_command_is_the_same_cluster_selection_scope_spec_and_value():
+    assert key() == key()
+    assert key(ResetSpec.BY_DURATION) == key(ResetSpec.BY_DURATION, by_duration="PT60M")
+    assert key(ResetSpec.BY_DURATION) != key(ResetSpec.BY_DURATION, by_duration="PT61M")
+    assert key() != key(shift_by=-49)
+    assert key() != key(group="g-1")
+    assert key() != key(scope={"t": None})
+    assert key(scope={"t": (0, 1), "u": None}) == key(scope={"u": None, "t": (0, 1)})
+    assert key() != finish.command_key(
+        "other:9092", ResetSpec.SHIFT_BY, {"group": "g-.*", "shift_by": -50},
+        ResetSelection(["g-1"], None, None),
+    )  # fmt: skip
+
+
+def commit(run, plan, command="K", minutes=0, phase="intent", resolved="-50"):
+    return {
+        "ferry.run_id": run,
+        "ferry.phase": phase,
+        reruns.COMMAND: command,
+        reruns.PLAN: plan,
+        reruns.RESOLVED: resolved,
+        reruns.RUN_TIME: (T0 + timedelta(minutes=minutes)).isoformat(),
+    }
+
+
+def test_the_newest_plan_of_the_command_and_its_runs():
+    history = [  # newest first
+        commit("C", "B", minutes=9, phase="outcome"),
+        commit("X", "X", command="other", minutes=8),
+        commit("C", "B", minutes=9),
+        commit("B", "B", minutes=5, phase="outcome"),
+        commit("B", "B", minutes=5, resolved="123"),
+        commit("A", "A", minutes=1),  # an older plan of the same command
+        {"ferry.run_id": "M", "ferry.phase": "intent"},  # a migrate run: no command
+    ]
+    found = reruns.plan_of(list(enumerate(reversed(history)))[::-1], "K")
+    assert (found.plan, found.runs, found.latest) == ("B", ("B", "C"), "C")
+    assert found.resolved == "123" and found.since == T0 + timedelta(minutes=5)
+    assert reruns.plan_of([(0, commit("A", "A"))], "other") is None
+
+
+def row(run, group, phase, tp=P0, previous=100, new=50, minutes=0, **extra):
+    return {
+        "run_id": run,
+        "group": group,
+        "topic": tp[0],
+        "partition": tp[1],
+        "previous_offset": previous,
+        "new_offset": new,
+        "phase": phase,
+        "is_committed": extra.pop("is_committed", phase == "outcome"),
+        "status": extra.pop("status", "COMMITTED"),
+        "rollback_of": extra.pop("rollback_of", None),
+        "row_time": T0 + timedelta(minutes=minutes),
+    }
+
+
+def test_an_intent_without_outcome_is_open():
+    assert finish.has_open_intent([row("A", "g1", "intent"), row("A", "g2", "intent"),
+                                   row("A", "g1", "outcome")])  # fmt: skip
+    assert not finish.has_open_intent([row("A", "g1", "intent"), row("A", "g1", "outcome")])
+
+
+def plan_runs(*runs):
+    started = {r: T0 for r in runs}
+    return reruns.PlanRuns(runs[0], runs, runs[-1], "-50", T0, started)
+
+
+def test_the_plan_per_group_written_pending_or_afresh():
+    rows = [
+        # g1: written by A; g2: announced by A, never recorded; g3: A's write rolled back since
+        *(row("A", g, "intent", minutes=1) for g in ("g1", "g2", "g3")),
+        row("A", "g1", "outcome", minutes=2),
+        row("A", "g3", "outcome", minutes=2),
+        row("R", "g3", "intent", previous=50, new=100, minutes=3, rollback_of="A"),
+        row("R", "g3", "outcome", previous=50, new=100, minutes=3, rollback_of="A"),
+        # g4: A's intent, then B (finishing A) announced it again from where it was, killed
+        row("A", "g4", "intent", previous=100, new=50, minutes=1),
+        row("B", "g4", "intent", previous=70, new=50, minutes=4),
+        # g5: a different command's run wrote it after A announced it
+        row("A", "g5", "intent", minutes=1),
+        row("D", "g5", "intent", previous=100, new=0, minutes=5),
+        row("D", "g5", "outcome", previous=100, new=0, minutes=5),
+        # g6: a different command's run was refused on it after A: it wrote nothing
+        row("A", "g6", "intent", minutes=1),
+        row("D", "g6", "intent", minutes=5),
+        row("D", "g6", "outcome", minutes=5, is_committed=False, status="REFUSED"),
+        # g7: written by A; another run wrote it since and was rolled back: A's still
+        row("A", "g7", "intent", minutes=1),
+        row("A", "g7", "outcome", minutes=2),
+        row("E", "g7", "intent", previous=50, new=0, minutes=5),
+        row("E", "g7", "outcome", previous=50, new=0, minutes=5),
+        row("F", "g7", "intent", previous=0, new=50, minutes=6, rollback_of="E"),
+        row("F", "g7", "outcome", previous=0, new=50, minutes=6, rollback_of="E"),
+    ]
+    got = finish.unfinished(plan_runs("A", "B"), rows)
+    assert got.done == {"g1": "A", "g7": "A"} and got.written["g1"] == {P0: 50}
+    assert set(got.pending) == {"g2", "g4", "g6"}
+    assert got.pending["g4"] == finish.Pending("B", {P0: 50}, {P0: {100, 70}})
+    assert got.pending["g2"] == finish.Pending("A", {P0: 50}, {P0: {100}})
+
+
+def snapshot(committed, state=GroupState.EMPTY):
+    return GroupsSnapshot({"g": GroupInfo("g", state)}, {"g": committed})
+
+
+def test_a_pending_group_is_written_left_alone_or_named():
+    pending = finish.Pending("A", {P0: 50, P1: 60}, {P0: {100}, P1: {110}})
+
+    def status(committed, state=GroupState.EMPTY) -> tuple[GroupStatus, GroupChange]:
+        change = finish.finish_change("g", pending, snapshot(committed, state))
+        return change_status(change, True), change
+
+    assert status({P0: 100, P1: 110})[0] == GroupStatus.COMMITTED
+    written, change = status({P0: 50, P1: 110})  # half at the target: written all the same
+    assert written == GroupStatus.COMMITTED
+    assert [(t.previous_offset, t.new_offset) for t in change.targets] == [(50, 50), (110, 60)]
+    assert status({P0: 50, P1: 60})[0] == GroupStatus.ALREADY_COPIED
+    moved, change = status({P0: 50, P1: 61})
+    assert moved == GroupStatus.MOVED and "moved since run A planned it (t[1]" in change.error
+    assert status({P0: 100, P1: 110}, GroupState.STABLE)[0] == GroupStatus.REFUSED
+
+
+def test_the_finishing_plan_keeps_fresh_changes_for_groups_it_has_no_word_on():
+    open_ = finish.Unfinished(plan_runs("A"), done={"g": "A"}, written={"g": {P0: 50}})
+    fresh = [GroupChange("g", "reset", []), GroupChange("h", "reset", [])]
+    state = GroupsSnapshot({}, {"g": {P0: 50}})
+    done, new = finish.plan_finish(open_, state, fresh)
+    assert done.skip == "written by run A already" and new is fresh[1]
