@@ -24,6 +24,7 @@ import yaml
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
 from .jobrunner import run_job
+from .test_checkpoint import copied_topic  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -262,3 +263,32 @@ def test_a_result_file_is_written_without_a_jvm(worlds, server, tmp_path):
     result = json.loads(target.read_text())
     assert result["code"] == 1 and result["stderr"].startswith("error: no lag history at")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ferry-run.json"]
+
+
+def test_migrate_checkpoint_on_a_local_path_as_classic(copied_topic, server, tmp_path):  # noqa: F811
+    # The same checkpoint twice: one translated by the classic run, one through Connect
+    # (ArrowStore), each with its own ledger; then the rerun finds it done.
+    from .test_checkpoint import offsets_files, spark_checkpoint
+
+    topic, config = copied_topic
+    paths = {way: spark_checkpoint(tmp_path / way, topic) for way in ("classic", "connect")}
+    before = offsets_files(paths["classic"])
+    outputs = {}
+    for execute in ((), ("--execute",)):
+        args = {
+            way: ["migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s",
+                  "--set", f"ledger.path={tmp_path / way}-ledger", "-o", "json", *execute]
+            for way, path in paths.items()
+        }  # fmt: skip
+        k = run_job(*args["classic"])
+        c = ferry(server, *args["connect"])
+        assert (k.code, c.returncode) == (0, 0), (k.stderr, c.stderr)
+        for way, out in (("classic", k.stdout), ("connect", c.stdout)):
+            outputs[way] = plain(document(out.replace(str(paths[way]), "CP")), "-")
+        assert outputs["classic"] == outputs["connect"] and outputs["connect"]
+    after = offsets_files(paths["connect"])
+    assert after == offsets_files(paths["classic"]) and after != before
+    again = ferry(server, "migrate", "--config", config, "--checkpoint", str(paths["connect"]),
+                  "--set", f"ledger.path={tmp_path / 'connect'}-ledger", "--execute")  # fmt: skip
+    assert again.returncode == 0 and "ALREADY_MIGRATED by run" in again.stdout, again.stderr
+    assert offsets_files(paths["connect"]) == after
