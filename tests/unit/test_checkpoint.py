@@ -282,8 +282,11 @@ def test_the_restart_hint_names_what_a_subscribe_pattern_would_also_read():
     assert "use ^(orders)$" in lines[1]
     missed = restart_hint(decisions_for("orders"), "d:9092", dst_only, "src\\..*")
     assert "does not match orders" in missed[1]
-    exact = restart_hint(decisions_for("orders"), "d:9092", dst_only, "ord[e]rs")
-    assert exact[1] == "subscribePattern ord[e]rs matches exactly these topics"
+    exact = restart_hint(decisions_for("orders"), "d:9092", dst_only, "^ord[e]rs$")
+    assert exact[1] == "subscribePattern ^ord[e]rs$ matches exactly these topics"
+    # Spark finds the pattern in a name: unanchored, `orders` also reads orders-archive.
+    found = restart_hint(decisions_for("orders"), "d:9092", dst_only, "orders")
+    assert "also matches orders-archive" in found[1]
     # No pattern given: MirrorMaker 2's own topics on the destination are named.
     plain = restart_hint(decisions_for("orders"), "d:9092", dst_only, None)
     assert "heartbeats, src.checkpoints.internal (MirrorMaker 2's)" in plain[1]

@@ -236,9 +236,11 @@ def restart_hint(
     ]
     exact = "^(" + "|".join(re.escape(t) for t in topics) + ")$"
     if pattern is not None:
-        # Spark matches a subscribePattern against the whole topic name (String.matches).
-        missed = [t for t in topics if not re.fullmatch(pattern, t)]
-        caught = [t for t in dst_only_topics if t not in partitions and re.fullmatch(pattern, t)]
+        # Spark 4.2's Kafka source keeps a topic the pattern is *found* in (Regex.findFirstIn
+        # in SubscribePatternStrategy), not one it matches whole: `orders` reads
+        # `source.orders` too.
+        missed = [t for t in topics if not re.search(pattern, t)]
+        caught = [t for t in dst_only_topics if t not in partitions and re.search(pattern, t)]
         if missed:
             lines.append(
                 f"subscribePattern {pattern} does not match {', '.join(missed)}: the restarted "
