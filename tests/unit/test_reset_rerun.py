@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pyarrow as pa
+
 from ferry.groups import finish
 from ferry.groups.describe import GroupsSnapshot
 from ferry.groups.plans import GroupChange, change_status
-from ferry.groups.reset import ResetSpec
+from ferry.groups.reset import ResetSpec, Target
 from ferry.groups.selection import ResetSelection
 from ferry.kafka.groups import GroupInfo
 from ferry.status import GroupState, GroupStatus
@@ -81,10 +83,39 @@ def row(run, group, phase, tp=P0, previous=100, new=50, minutes=0, **extra):
     }
 
 
+SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("previous_offset", pa.int64()),
+        ("new_offset", pa.int64()),
+        ("phase", pa.string()),
+        ("is_committed", pa.bool_()),
+        ("status", pa.string()),
+        ("rollback_of", pa.string()),
+        ("row_time", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def summaries(rows):
+    return reruns.summarize(pa.Table.from_pylist(rows, SCHEMA))
+
+
 def test_an_intent_without_outcome_is_open():
-    assert finish.has_open_intent([row("A", "g1", "intent"), row("A", "g2", "intent"),
-                                   row("A", "g1", "outcome")])  # fmt: skip
-    assert not finish.has_open_intent([row("A", "g1", "intent"), row("A", "g1", "outcome")])
+    assert finish.has_open_intent(summaries([row("A", "g1", "intent"), row("A", "g2", "intent"),
+                                             row("A", "g1", "outcome")]))  # fmt: skip
+    assert not finish.has_open_intent(
+        summaries(
+            [
+                row("A", "g1", "intent", tp=P0),
+                row("A", "g1", "intent", tp=P1),
+                row("A", "g1", "outcome"),
+            ]
+        )  # fmt: skip
+    )
 
 
 def plan_runs(*runs):
@@ -119,11 +150,14 @@ def test_the_plan_per_group_written_pending_or_afresh():
         row("F", "g7", "intent", previous=0, new=50, minutes=6, rollback_of="E"),
         row("F", "g7", "outcome", previous=0, new=50, minutes=6, rollback_of="E"),
     ]
-    got = finish.unfinished(plan_runs("A", "B"), rows)
-    assert got.done == {"g1": "A", "g7": "A"} and got.written["g1"] == {P0: 50}
+    got = finish.unfinished(plan_runs("A", "B"), summaries(rows))
+    assert got.done == {"g1": "A", "g7": "A"}
     assert set(got.pending) == {"g2", "g4", "g6"}
-    assert got.pending["g4"] == finish.Pending("B", {P0: 50}, {P0: {100, 70}})
-    assert got.pending["g2"] == finish.Pending("A", {P0: 50}, {P0: {100}})
+    table = pa.Table.from_pylist(rows, SCHEMA)
+    pairs = {(run, g) for g, pending in got.pending.items() for run in pending.runs}
+    finish.fill_pending(got, reruns.partition_rows(table, "intent", pairs))
+    assert got.pending["g4"] == finish.Pending("B", {P0: 50}, {P0: {100, 70}}, {"A", "B"})
+    assert got.pending["g2"] == finish.Pending("A", {P0: 50}, {P0: {100}}, {"A"})
 
 
 def snapshot(committed, state=GroupState.EMPTY):
@@ -148,8 +182,12 @@ def test_a_pending_group_is_written_left_alone_or_named():
 
 
 def test_the_finishing_plan_keeps_fresh_changes_for_groups_it_has_no_word_on():
-    open_ = finish.Unfinished(plan_runs("A"), done={"g": "A"}, written={"g": {P0: 50}})
-    fresh = [GroupChange("g", "reset", []), GroupChange("h", "reset", [])]
+    open_ = finish.Unfinished(plan_runs("A"), done={"g": "A"})
+    fresh = [
+        GroupChange("g", "reset", [Target("g", "t", 0, 50, 40)]),
+        GroupChange("h", "reset", []),
+    ]
     state = GroupsSnapshot({}, {"g": {P0: 50}})
     done, new = finish.plan_finish(open_, state, fresh)
     assert done.skip == "written by run A already" and new is fresh[1]
+    assert [(t.previous_offset, t.new_offset) for t in done.targets] == [(50, 50)]  # stays

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -83,8 +83,10 @@ class Pending:
     """A group the plan announced and did not record as written."""
 
     run_id: str  # the run whose intent is the newest
-    targets: dict[TopicPartitionKey, int]
-    previous: dict[TopicPartitionKey, set[int | None]]  # what it had before (each intent's)
+    targets: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    # what it had before, as each intent that counts says
+    previous: dict[TopicPartitionKey, set[int | None]] = field(default_factory=dict)
+    runs: set[str] = field(default_factory=set)  # the runs whose intents count
 
 
 @dataclass
@@ -93,7 +95,6 @@ class Unfinished:
 
     runs: reruns.PlanRuns
     done: dict[str, str] = field(default_factory=dict)  # group → the run that wrote it
-    written: dict[str, dict[TopicPartitionKey, int]] = field(default_factory=dict)
     pending: dict[str, Pending] = field(default_factory=dict)
 
     @property
@@ -107,74 +108,73 @@ class Unfinished:
         return int(self.runs.resolved)
 
 
-def has_open_intent(rows: Sequence[Mapping]) -> bool:
-    """Whether some (run, group) of the rows has an intent and no outcome."""
-    intents = {(r["run_id"], r["group"]) for r in rows if r["phase"] == PHASE_INTENT}
-    outcomes = {(r["run_id"], r["group"]) for r in rows if r["phase"] == PHASE_OUTCOME}
+def has_open_intent(summaries: Sequence[Mapping]) -> bool:
+    """Whether some (run, group) of the summaries (`reruns.summarize`) has an intent and no
+    outcome."""
+    intents = {(s["run_id"], s["group"]) for s in summaries if s["phase"] == PHASE_INTENT}
+    outcomes = {(s["run_id"], s["group"]) for s in summaries if s["phase"] == PHASE_OUTCOME}
     return bool(intents - outcomes)
 
 
-def _records(rows: Sequence[Mapping]) -> list[rules.GroupWriteRecord]:
-    """One group's write rows of runs outside the plan, as `rules.superseding_runs` takes them
+def _records(summaries: Sequence[Mapping]) -> list[rules.GroupWriteRecord]:
+    """One group's summaries of runs outside the plan, as `rules.superseding_runs` takes them
     (as a rollback reads them: may have written = no outcome, committed, or UNKNOWN)."""
-    by_run: dict[str, list[Mapping]] = {}
-    for r in rows:
-        by_run.setdefault(r["run_id"], []).append(r)
+    by_run: dict[str, dict[str, Mapping]] = {}
+    for s in summaries:
+        by_run.setdefault(s["run_id"], {})[s["phase"]] = s
     out = []
-    for run, own in sorted(by_run.items()):
-        times = [r["row_time"] for r in own if r["phase"] == PHASE_INTENT and r["row_time"]]
-        if not times:
+    for run, phases in sorted(by_run.items()):
+        intent, outcome = phases.get(PHASE_INTENT), phases.get(PHASE_OUTCOME)
+        if intent is None or intent["first"] is None:
             continue
-        outcomes = [r for r in own if r["phase"] == PHASE_OUTCOME]
-        committed = any(r["is_committed"] for r in outcomes)
-        unknown = any(r["status"] == GroupStatus.UNKNOWN.value for r in outcomes)
-        rollback_of = next((r["rollback_of"] for r in own if r["rollback_of"]), None)
-        may = not outcomes or committed or unknown
-        out.append(rules.GroupWriteRecord(run, min(times), may, committed, rollback_of))
+        committed = bool(outcome and outcome["is_committed"])
+        may = outcome is None or committed or bool(outcome["unknown"])
+        rollback_of = next((p["rollback_of"] for p in phases.values() if p["rollback_of"]), None)
+        out.append(rules.GroupWriteRecord(run, intent["first"], may, committed, rollback_of))
     return out
 
 
-def unfinished(runs: reruns.PlanRuns, rows: Sequence[Mapping]) -> Unfinished:
+def unfinished(runs: reruns.PlanRuns, summaries: Sequence[Mapping]) -> Unfinished:
     """The plan's state per group from the write rows on its cluster since it began (its
-    runs' and others'): written, pending, or neither (planned afresh). A group another run
-    may have written after the plan's last word on it is the other run's: planned afresh."""
+    runs' and others', `reruns.summarize`d): written, pending (targets not filled in yet:
+    `fill_pending`), or neither (planned afresh). A group another run may have written after
+    the plan's last word on it is that run's: planned afresh."""
     plan = set(runs.runs)
     out = Unfinished(runs)
     by_group: dict[str, list[Mapping]] = {}
-    for r in rows:
-        if r["topic"] is not None:
-            by_group.setdefault(r["group"], []).append(r)
+    for s in summaries:
+        by_group.setdefault(s["group"], []).append(s)
     for group, own in sorted(by_group.items()):
-        mine = [r for r in own if r["run_id"] in plan]
-        others = _records([r for r in own if r["run_id"] not in plan])
-        times = [r["row_time"] for r in mine if r["phase"] == PHASE_INTENT and r["row_time"]]
-        last = max(times, default=None)
+        mine = [s for s in own if s["run_id"] in plan]
+        others = _records([s for s in own if s["run_id"] not in plan])
+        last = max((s["last"] for s in mine if s["phase"] == PHASE_INTENT), default=None)
         if last is None or rules.superseding_runs("", last, others):
             continue
         # Only the plan's rows after the last other run that may have written the group
         # before the plan's last word on it (one after it was undone since: not superseding).
         cut = max((o.time for o in others if o.may_have_written and o.time < last), default=None)
-        mine = [r for r in mine if cut is None or (r["row_time"] and r["row_time"] > cut)]
-        wrote = [r for r in mine if r["phase"] == PHASE_OUTCOME and r["is_committed"]]
+        mine = [s for s in mine if cut is None or s["first"] > cut]
+        wrote = [s for s in mine if s["phase"] == PHASE_OUTCOME and s["is_committed"]]
         if wrote:
-            run = max(wrote, key=lambda r: r["row_time"])["run_id"]
-            out.done[group] = run
-            out.written[group] = {
-                (r["topic"], r["partition"]): r["new_offset"] for r in wrote if r["run_id"] == run
-            }
+            out.done[group] = max(wrote, key=lambda s: s["last"])["run_id"]
             continue
-        intents = [r for r in mine if r["phase"] == PHASE_INTENT]
-        if not intents:
-            continue
-        newest = max(intents, key=lambda r: r["row_time"])["run_id"]
-        pending = Pending(newest, {}, {})
-        for r in intents:
-            tp = (r["topic"], r["partition"])
-            pending.previous.setdefault(tp, set()).add(r["previous_offset"])
-            if r["run_id"] == newest:
-                pending.targets[tp] = r["new_offset"]
-        out.pending[group] = pending
+        intents = [s for s in mine if s["phase"] == PHASE_INTENT]
+        if intents:
+            newest = max(intents, key=lambda s: s["last"])["run_id"]
+            out.pending[group] = Pending(newest, runs={s["run_id"] for s in intents})
     return out
+
+
+def fill_pending(open_: Unfinished, intents: Iterable[tuple]) -> None:
+    """Each pending group's targets (its newest intent's) and offsets before (every intent
+    that counts), from intent rows (run, group, topic, partition, previous, new)."""
+    for run, group, topic, partition, previous, new in intents:
+        pending = open_.pending.get(group)
+        if pending is None or run not in pending.runs:
+            continue
+        pending.previous.setdefault((topic, partition), set()).add(previous)
+        if run == pending.run_id:
+            pending.targets[(topic, partition)] = new
 
 
 def lookup(
@@ -185,12 +185,15 @@ def lookup(
     runs = reruns.find_plan(spark, path, command)
     if runs is None:
         return None, None
-    latest = reruns.read_writes(
-        spark, path, cluster_id, runs.started[runs.latest], run_id=runs.latest
-    )
-    if not has_open_intent(latest):
+    since = runs.started[runs.latest]
+    latest = reruns.read_writes(spark, path, cluster_id, since, run_id=runs.latest)
+    if not has_open_intent(reruns.summarize(latest)):
         return runs, None
-    return runs, unfinished(runs, reruns.read_writes(spark, path, cluster_id, runs.since, groups))
+    table = reruns.read_writes(spark, path, cluster_id, runs.since, groups)
+    open_ = unfinished(runs, reruns.summarize(table))
+    pairs = {(run, g) for g, pending in open_.pending.items() for run in pending.runs}
+    fill_pending(open_, reruns.partition_rows(table, PHASE_INTENT, pairs))
+    return runs, open_
 
 
 def _names(keys: Sequence[TopicPartitionKey], limit: int = 4) -> str:
@@ -234,11 +237,12 @@ def plan_finish(
     out = []
     for change in fresh:
         group = change.group
-        if group in open_.done:
+        if group in open_.done:  # shown where it is now: nothing to write
             current = state.committed.get(group, {})
             targets = [
-                Target(group, t, p, current.get((t, p)), o)
-                for (t, p), o in sorted(open_.written[group].items())
+                Target(group, t.topic, t.partition, t.previous_offset, o)
+                for t in change.targets
+                if (o := current.get((t.topic, t.partition))) is not None
             ]
             skip = f"written by run {open_.done[group]} already"
             out.append(GroupChange(group, "reset", targets, skip=skip))

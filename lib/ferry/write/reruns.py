@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -140,9 +141,11 @@ def read_writes(
     since: datetime,
     groups: Collection[str] | None = None,
     run_id: str | None = None,
-) -> list[dict]:
+) -> Any:  # noqa: ANN401 - a pyarrow.Table
     """Executing runs' intent and outcome rows on `cluster` appended since `since` (of
-    `groups` only, and of `run_id` only, when given), `WRITE_COLUMNS` each."""
+    `groups` only, and of `run_id` only, when given), `WRITE_COLUMNS` each, as an Arrow
+    table: a killed 10,000-group run's are 640,000 rows an intent, summed up column-wise
+    (`summarize`) rather than turned into a dict each."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -155,6 +158,57 @@ def read_writes(
     except Exception as exc:  # noqa: BLE001
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise LedgerError(f"cannot read ledger {path}: {reason}") from exc
+    table = table.filter(pc.is_valid(table.column("topic")))
     if groups is not None:
         table = table.filter(pc.is_in(table.column("group"), pa.array(sorted(groups), pa.string())))
-    return table.to_pylist()
+    return table
+
+
+def summarize(table: Any) -> list[dict]:  # noqa: ANN401 - a pyarrow.Table of WRITE_COLUMNS
+    """One dict per run, group and phase of write rows: `first` and `last` row time,
+    `is_committed` (any row), `unknown` (any row UNKNOWN), `rollback_of`."""
+    import pyarrow.compute as pc
+
+    from ferry.status import GroupStatus
+
+    unknown = pc.equal(table.column("status"), GroupStatus.UNKNOWN.value)
+    summary = (
+        table.append_column("unknown", unknown)
+        .group_by(["run_id", "group", "phase"], use_threads=False)
+        .aggregate(
+            [
+                ("row_time", "min"),
+                ("row_time", "max"),
+                ("is_committed", "any"),
+                ("unknown", "any"),
+                ("rollback_of", "max"),
+            ]
+        )
+    )
+    names = {
+        "row_time_min": "first",
+        "row_time_max": "last",
+        "is_committed_any": "is_committed",
+        "unknown_any": "unknown",
+        "rollback_of_max": "rollback_of",
+    }
+    return summary.rename_columns([names.get(n, n) for n in summary.column_names]).to_pylist()
+
+
+def partition_rows(table: Any, phase: str, pairs: Collection[tuple[str, str]]) -> list[tuple]:  # noqa: ANN401
+    """(run_id, group, topic, partition, previous_offset, new_offset) of the `phase` rows of
+    each (run, group) of `pairs`, read column-wise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    groups = pa.array(sorted({g for _, g in pairs}), pa.string())
+    rows = table.filter(
+        pc.and_(pc.equal(table.column("phase"), phase), pc.is_in(table.column("group"), groups))
+    )
+    columns = ["run_id", "group", "topic", "partition", "previous_offset", "new_offset"]
+    wanted = set(pairs)
+    return [
+        row
+        for row in zip(*(rows.column(c).to_pylist() for c in columns), strict=True)
+        if (row[0], row[1]) in wanted
+    ]
