@@ -51,6 +51,7 @@ def open_session(url: str, settings: dict[str, str]):  # noqa: ANN201 - a Connec
         ) from exc
     from pyspark.sql import SparkSession
 
+    _check_reachable(url)
     builder = SparkSession.builder.remote(url)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -62,6 +63,28 @@ def open_session(url: str, settings: dict[str, str]):  # noqa: ANN201 - a Connec
             f"cannot open a Spark Connect session at {_redacted(url)}: {_first_line(exc)}"
         ) from exc
     return spark
+
+
+# How long a server may take to accept a connection before the run says it cannot reach it.
+REACH_TIMEOUT_S = 10.0
+DEFAULT_PORT = 15002  # Spark Connect's
+
+
+def _check_reachable(url: str) -> None:
+    """One line at once for a server nobody answers at: the client itself retries an
+    unavailable server with backoff for many minutes before it gives up."""
+    import socket
+
+    found = re.match(r"^sc://(\[[^\]]+\]|[^:/;]+)(?::(\d+))?", url)
+    if found is None:
+        raise UsageError(f"--remote {_redacted(url)} is not sc://HOST[:PORT][/;key=value...]")
+    host, port = found.group(1).strip("[]"), int(found.group(2) or DEFAULT_PORT)
+    try:
+        socket.create_connection((host, port), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SessionError(
+            f"cannot reach the Spark Connect server at {host}:{port}: {exc.strerror or exc}"
+        ) from exc
 
 
 def _redacted(url: str) -> str:

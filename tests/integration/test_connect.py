@@ -219,6 +219,18 @@ def test_usage_and_config_errors_as_classic(worlds, server):
     unknown = ferry(server, "no-such-job")
     assert unknown.returncode == 2
     assert unknown.stderr.startswith("error: unknown job 'no-such-job'")
+    # a server nobody answers at: one line at once, not the client's minutes of retries
+    from ferry.testing.connect_server import free_port
+
+    started = time.monotonic()
+    port = free_port()
+    nobody = ferry(f"sc://localhost:{port}", "migrate", "--config", worlds["classic"]["ok"])
+    assert nobody.returncode == 1 and time.monotonic() - started < 60
+    errors = [line for line in nobody.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: cannot reach the Spark Connect server at localhost:{port}: Connection refused"
+    ], nobody.stderr
+    assert "Traceback" not in nobody.stderr
 
 
 def test_a_server_whose_workers_lack_ferry_says_so_in_one_line(worlds, server, tmp_path):
