@@ -304,3 +304,15 @@ def test_migrate_checkpoint_on_a_local_path_as_classic(copied_topic, server, tmp
                   "--set", f"ledger.path={tmp_path / 'connect'}-ledger", "--execute")  # fmt: skip
     assert again.returncode == 0 and "ALREADY_MIGRATED by run" in again.stdout, again.stderr
     assert offsets_files(paths["connect"]) == after
+
+
+def test_without_remote_the_command_runs_a_local_session(worlds):
+    # no --remote, no SPARK_REMOTE: a local session (FERRY_MASTER), the same plan
+    world = worlds["classic"]
+    args = ["migrate", "--config", world["ok"], "--quiet", "-o", "json"]
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+    local = subprocess.run([str(FERRY), *args], capture_output=True, text=True, timeout=300,
+                           env=env, check=False)  # fmt: skip
+    k = run_job(*args)
+    assert (local.returncode, k.code) == (0, 0), local.stderr
+    assert plain(document(local.stdout), world["u"]) == plain(document(k.stdout), world["u"])
