@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
+import pytest
 
+from ferry.errors import UsageError
 from ferry.groups import finish
 from ferry.groups.describe import GroupsSnapshot
 from ferry.groups.plans import GroupChange, change_status
@@ -38,6 +40,13 @@ def test_the_same_command_is_the_same_cluster_selection_scope_spec_and_value():
         "other:9092", ResetSpec.SHIFT_BY, {"group": "g-.*", "shift_by": -50},
         ResetSelection(["g-1"], None, None),
     )  # fmt: skip
+
+
+def test_new_run_is_for_relative_resets_only():
+    finish.check_new_run(ResetSpec.BY_DURATION, True)
+    finish.check_new_run(ResetSpec.TO_OFFSET, False)
+    with pytest.raises(UsageError, match="--new-run is for --shift-by and --by-duration"):
+        finish.check_new_run(ResetSpec.TO_DATETIME, True)
 
 
 def commit(run, plan, command="K", minutes=0, phase="intent", resolved="-50"):
