@@ -107,4 +107,3 @@ def main(argv: list[str]) -> int:
         kept = f"; {len(rows.pairs)} rows appended to {cfg.audit.path} via {writer}"
     print(f"run {run_id}{kept}", file=sys.stderr)
     return summary["total"]["exit_code"]
-

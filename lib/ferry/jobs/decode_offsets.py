@@ -133,4 +133,3 @@ def main(argv: list[str]) -> int:
         args.output,
     )
     return EXIT_OK
-

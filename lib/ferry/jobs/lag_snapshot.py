@@ -75,4 +75,3 @@ def main(argv: list[str]) -> int:
         f"appended to history {cfg.history.path} via {writer}"
     )
     return EXIT_OK
-

@@ -69,9 +69,7 @@ def main(argv: list[str]) -> int:
 
     spark = build_session("ferry-lag-status")
     progress(f"evaluating the last {window} snapshots per partition in {path}")
-    history_df = history.filter_history(
-        history.read_history(spark, path), args.group, now_ms
-    )
+    history_df = history.filter_history(history.read_history(spark, path), args.group, now_ms)
     status_df = evaluation.evaluate_history(
         history_df, window, allowed_lag, int(time.time() * 1000), now_ms
     )
@@ -92,4 +90,3 @@ def main(argv: list[str]) -> int:
 
     print_summary(report.emit_status(rows, args.output, args.all_partitions) + suffix, args.output)
     return EXIT_OK
-

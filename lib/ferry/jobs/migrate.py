@@ -131,4 +131,3 @@ def main(argv: list[str]) -> int:
         print(line, file=sys.stderr)
     print_summary(total, args.output)
     return migrate.exit_code({g: d.status for g, d in decisions.items()})
-
