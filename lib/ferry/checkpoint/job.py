@@ -122,7 +122,7 @@ def positions_job(
 ) -> int:
     """Read the CSV (any Hadoop path), translate every line, print one row per line."""
     from ferry.checkpoint import positions
-    from ferry.checkpoint.store import open_store
+    from ferry.checkpoint.stores import open_store
     from ferry.kafka.cluster import Cluster
 
     store = open_store(spark, path.rsplit("/", 1)[0] if "/" in path else ".")

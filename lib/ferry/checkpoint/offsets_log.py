@@ -20,14 +20,12 @@ partitions' order where the topic keeps its partitions, compact as Spark's json4
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from ferry.errors import UsageError
 
 VERSIONS = ("v1", "v2")
-SOURCE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Spark's rule for DataStreamReader.name()
 NO_OFFSET = "-"
 
 TopicPartitionOffsets = dict[str, dict[int, int]]  # topic -> partition -> next offset
@@ -80,6 +78,12 @@ class OffsetsFile:
 
 class KafkaLineError(ValueError):
     """A line shaped as a Kafka source's whose offsets are not whole numbers at or above 0."""
+
+
+def is_source_name(text: str) -> bool:
+    """Spark's rule for a source's name (`DataStreamReader.name()`), and for the index a v2 log
+    keys an unnamed source by: 1 to 64 of A-Z, a-z, 0-9, `_` and `-`."""
+    return 0 < len(text) <= 64 and all(c.isascii() and (c.isalnum() or c in "_-") for c in text)
 
 
 def kafka_offsets(text: str) -> TopicPartitionOffsets | None:
@@ -140,7 +144,7 @@ def parse_offsets_file(name: str, batch_id: int, data: bytes) -> OffsetsFile:
         if lines[0] == "v2":
             # `NAME:OFFSET` (Spark's OffsetSeqLog, format 2): names are [A-Za-z0-9_-]+
             source_id, colon, line = line.partition(":")
-            if not colon or not SOURCE_NAME.fullmatch(source_id):
+            if not colon or not is_source_name(source_id):
                 raise CheckpointFormatError(
                     f"{name}: line {index + 3} is not NAME:OFFSET: the file is damaged"
                 )

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from ferry.checkpoint import runs
 from ferry.checkpoint.rewrite import LogsSeen, file_rows, read_if_there, replace
 from ferry.checkpoint.runs import FERRY_DIR, ROLLED_BACK, offsets_name
-from ferry.checkpoint.store import open_store
+from ferry.checkpoint.stores import open_store
 from ferry.config import FerryConfig
 from ferry.errors import FerryError, UsageError
 from ferry.output import emit_rows, print_summary

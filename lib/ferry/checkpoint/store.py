@@ -1,7 +1,8 @@
 """Files on any Hadoop filesystem (local, `hdfs://`, `s3a://`), read and written through the
 Spark session's own Hadoop configuration, so paths and credentials work as they do for the
-streaming query itself (`open_store`: this store on a classic session; a JVM-free twin with
-the same methods, `ferry.checkpoint.arrow_store`, on a Spark Connect session).
+streaming query itself (`ferry.checkpoint.stores.open_store`: this store on a classic session;
+a JVM-free twin with the same methods, `ferry.checkpoint.arrow_store`, on a Spark Connect
+session).
 
 A write replaces a file whole or not at all, as Spark's own `CheckpointFileManager` does: the
 bytes go to a temporary file beside the target (`.NAME.ferry-tmp`, a name Spark's logs never
@@ -31,17 +32,6 @@ class StoreError(FerryError):
 class FileInfo:
     name: str
     modified_ms: int
-
-
-def open_store(spark, root: str):  # noqa: ANN001, ANN201 - a SparkSession; a store
-    """The store for `root` on this session: Hadoop's through the JVM on a classic session,
-    `ArrowStore` (no JVM) on a Spark Connect one."""
-    # A Connect session's class lives in pyspark.sql.connect, and it has no JVM to call.
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        from ferry.checkpoint.arrow_store import ArrowStore
-
-        return ArrowStore(root)
-    return HadoopStore(spark, root)
 
 
 def temporary_name(name: str) -> str:

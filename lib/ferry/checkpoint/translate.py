@@ -30,7 +30,7 @@ from ferry.checkpoint import offsets_log, positions, rewrite, runs
 from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
 from ferry.checkpoint.rewrite import LogsSeen
 from ferry.checkpoint.runs import FERRY_DIR, RunState, offsets_name
-from ferry.checkpoint.store import open_store
+from ferry.checkpoint.stores import open_store
 from ferry.config import FerryConfig
 from ferry.errors import FerryError
 from ferry.migrate.decision import GroupDecision, exit_code

@@ -1,0 +1,18 @@
+"""Which store a checkpoint's files are read and written through: Hadoop's `FileSystem` in the
+session's JVM on a classic session (`ferry.checkpoint.store.HadoopStore`), `pyarrow.fs` on a
+Spark Connect session, which has no JVM to call (`ferry.checkpoint.arrow_store.ArrowStore`).
+Both have the same methods and the same guarantee: a file is replaced whole or not at all."""
+
+from __future__ import annotations
+
+
+def open_store(spark, root: str):  # noqa: ANN001, ANN201 - a SparkSession; a store
+    """The store for `root` on this session."""
+    # A Connect session's class lives in pyspark.sql.connect, and it has no JVM to call.
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        from ferry.checkpoint.arrow_store import ArrowStore
+
+        return ArrowStore(root)
+    from ferry.checkpoint.store import HadoopStore
+
+    return HadoopStore(spark, root)
