@@ -234,7 +234,10 @@ def test_the_config_sits_below_everything_that_uses_it():
 
 
 def test_nothing_in_lib_ferry_imports_the_cli():
-    offenders = sorted(m for m, targets in import_graph().items() if "ferry.cli" in targets)
+    # The jobs' code lives in ferry.jobs (jobs/*.py and the `ferry` command both run it).
+    graph = import_graph()
+    callers = {"ferry.command"} | {m for m in graph if m.startswith("ferry.jobs.")}
+    offenders = sorted(m for m, t in graph.items() if "ferry.cli" in t and m not in callers)
     assert offenders == [], f"ferry.cli is for the jobs; imported by {offenders}"
 
 
@@ -377,7 +380,7 @@ def test_modules_and_jobs_stay_small():
     }
     long_jobs = {
         rel(p): n
-        for p in python_files(ROOT / "jobs")
+        for p in [*python_files(ROOT / "jobs"), *python_files(PACKAGE / "jobs")]
         if (n := len(p.read_text().splitlines())) > MAX_JOB_LINES
     }
     assert long_modules == {}, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
