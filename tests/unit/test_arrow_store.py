@@ -196,14 +196,3 @@ def test_errors_are_one_line_naming_the_file(tmp_path):
     (tmp_path / "blocked").write_text("a file, not a directory")
     with pytest.raises(StoreError, match=rf"^cannot write file:{tmp_path}/blocked/0: "):
         store.write("blocked/0", b"x")
-
-
-def test_replace_all_puts_back_what_it_wrote_when_one_write_fails(tmp_path):
-    store = ArrowStore(str(tmp_path))
-    store.write("a", b"a0")
-    store.write("b", b"b0")
-    (tmp_path / "c").mkdir()  # a directory where a file is to be written: that write fails
-    previous = {"a": b"a0", "b": b"b0", "c": b""}
-    with pytest.raises(StoreError):
-        store.replace_all({"a": b"a1", "b": b"b1", "c": b"c1"}, previous.__getitem__)
-    assert (store.read("a"), store.read("b")) == (b"a0", b"b0")

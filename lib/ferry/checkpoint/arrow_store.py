@@ -26,9 +26,9 @@ show checksums, as Hadoop's listing does not.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
 
-from ferry.checkpoint.store import FileInfo, StoreError
+from ferry.checkpoint.store import FileInfo, StoreError, temporary_name
+from ferry.write.kill_points import kill_point
 
 # pyarrow filesystems whose put of a whole object is atomic and whose rename is not
 OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
@@ -115,11 +115,13 @@ class ArrowStore:
                 self._put(target, data)
                 return
             self._fs.create_dir(parent or "/", recursive=True)
-            temporary = f"{parent}/.{base}.ferry-tmp"
+            temporary = f"{parent}/{temporary_name(base)}"
             self._put(temporary, data)
             # a checksum of the old bytes would fail Spark's next read of the new ones
             self._delete_if_present(f"{parent}/.{base}.crc")
+            kill_point("store.before-rename")
             self._fs.move(temporary, target)  # rename(2): the target is replaced atomically
+            kill_point("store.after-rename")
         except StoreError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -134,19 +136,6 @@ class ArrowStore:
         self.write(relative, data)
         if self.read(relative) != data:
             raise StoreError(f"{self.name(relative)}: read back differs from what was written")
-
-    def replace_all(self, files: Mapping[str, bytes], previous: Callable[[str], bytes]) -> None:
-        """Each file's content replaced (`write_verified`), all files or none: after a failure
-        the files already written get `previous(relative)` back, and the failure is raised."""
-        written: list[str] = []
-        try:
-            for relative, data in files.items():
-                written.append(relative)
-                self.write_verified(relative, data)
-        except Exception:
-            for relative in written:
-                self.write(relative, previous(relative))
-            raise
 
     def delete(self, relative: str) -> None:
         """Remove a file (and a local checksum beside it); a missing file is fine."""
