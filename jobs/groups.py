@@ -13,8 +13,9 @@ SPEC is one of --to-earliest, --to-latest, --to-current, --to-offset N, --shift-
 --to-datetime ISO8601, --by-duration PnDTnHnMnS, --from-file CSV, with kafka-consumer-groups
 semantics. Changing verbs are dry runs unless --execute, which writes through the ledger
 (docs/jobs/groups.md). Exit 0 when everything asked was done, 1 when something was not, 2 for
-usage. A --shift-by or --by-duration reset run again after it was killed finishes the killed
-run's plan rather than shifting again; --new-run shifts again anyway.
+usage. A --shift-by or --by-duration reset run again after it was killed, or after it ended
+with a group not done, finishes that run's plan rather than shifting again; --new-run shifts
+again anyway.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ def parse_args(argv: list[str]):  # noqa: ANN201
     sub.add_argument(
         "--new-run",
         action="store_true",
-        help="--shift-by/--by-duration: shift from where the groups are now, even when a "
-        "killed run of the same command is unfinished (default: finish that run's plan)",
+        help="--shift-by/--by-duration: shift from where the groups are now, even when the "
+        "last run of the same command was killed or left groups not done (default: finish "
+        "that run's plan)",
     )
 
     sub = verb("delete", "delete Empty groups")

@@ -2,7 +2,9 @@
 killed (SIGKILL, a real `jobs/groups.py` process, two groups a batch) and run again, the same
 command finishes the killed run's plan — every group ends exactly one shift from where it
 started — while a deliberate rerun after a finished run shifts again, and `--new-run` plans
-afresh from where the groups are. On real local brokers. The reruns run in-process, and so
+afresh from where the groups are. A run that ended with a group not done (exit 1: refused
+while active), retried, finishes its plan too: the refused group shifted once, the others
+not again. On real local brokers. The reruns run in-process, and so
 do the runs the last two tests stop between a batch's write and its outcome (what a SIGKILL
 there leaves: the ledger and the cluster are all a rerun reads; a real kill costs a Spark
 start, ~12 s).
@@ -24,7 +26,7 @@ import pytest
 from ferry import delta, kafka
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
 
-from .jobrunner import ROOT, ledger_rows, run_job
+from .jobrunner import ROOT, join_group, ledger_rows, run_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -217,3 +219,37 @@ def test_by_duration_killed_then_rerun_keeps_the_killed_runs_time(
     assert done.code == 0, done.stderr
     assert "finishing run reset-" in done.stderr
     assert _now(cluster, start) == target, "the rerun resolved a new time"
+
+
+def test_a_rerun_after_a_group_was_refused_shifts_it_once_and_the_others_not_again(
+    cluster, tmp_path, unique
+):
+    config, start = _world(cluster, tmp_path, unique)
+    Path(config).write_text(Path(config).read_text().replace("batch_groups: 2", "batch_groups: 10"))
+    argv = ["--group", f"{unique}-g.*", "--all-topics", "--shift-by", "-10"]
+    busy = f"{unique}-g05"
+    consumer = join_group(cluster.config, busy, f"{unique}-t")  # a live member: active
+    try:
+        refused = _reset(config, *argv, "--execute")
+        assert refused.code == 1, refused.stderr
+        assert f"not done: {busy}: Assignments can only be reset" in refused.stderr
+    finally:
+        consumer.close()  # leaves: the group is Empty again
+    target = _shifted(start, -10)
+    assert _now(cluster, start) == {**target, busy: start[busy]}
+
+    # A scheduler's retry of the failed run: its plan finished, not a second shift.
+    retry = _reset(config, *argv, "--execute")
+    assert retry.code == 0, retry.stderr
+    assert _now(cluster, start) == target, "the retry shifted again the groups already written"
+    assert "which ended with 1 group not done" in retry.stderr, retry.stderr
+    assert "finishing run reset-" in retry.stderr
+    statuses = {r["group"]: r["status"] for r in json.loads(retry.stdout)}
+    assert statuses[busy] == "COMMITTED"
+    assert {s for g, s in statuses.items() if g != busy} == {"ALREADY_COPIED"}
+
+    # That run did everything: the same command again is a deliberate second shift.
+    again = _reset(config, *argv, "--execute")
+    assert again.code == 0, again.stderr
+    assert "finishing run" not in again.stderr
+    assert _now(cluster, start) == _shifted(start, -20)

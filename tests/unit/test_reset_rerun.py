@@ -200,3 +200,66 @@ def test_the_finishing_plan_keeps_fresh_changes_for_groups_it_has_no_word_on():
     done, new = finish.plan_finish(open_, state, fresh)
     assert done.skip == "written by run A already" and new is fresh[1]
     assert [(t.previous_offset, t.new_offset) for t in done.targets] == [(50, 50)]  # stays
+
+
+def test_a_run_that_ended_with_groups_not_done_is_unfinished():
+    """A run's own rows (plan rows too): a group refused or moved in its plan, or whose write
+    failed, was unknown or claimed, was not done (exit 1); one written, or already at its
+    target, was."""
+    done = [
+        row("A", "g1", "intent"),
+        row("A", "g1", "outcome"),
+        row("A", "g2", "plan", status="ALREADY_COPIED", is_committed=False),
+    ]
+    assert finish.ending(summaries(done)) == finish.Ending(False, 0)
+    assert not finish.ending(summaries(done)).is_unfinished
+    not_done = [
+        *done,
+        row("A", "g3", "plan", status="REFUSED", is_committed=False),
+        row("A", "g4", "plan", tp=P0, status="MOVED", is_committed=False),
+        row("A", "g4", "plan", tp=P1, status="MOVED", is_committed=False),
+        *(row("A", g, "intent") for g in ("g5", "g6", "g7")),
+        row("A", "g5", "outcome", status="FAILED", is_committed=False),
+        row("A", "g6", "outcome", status="UNKNOWN", is_committed=False),
+        row("A", "g7", "outcome", status="CLAIMED", is_committed=False),
+    ]
+    ended = finish.ending(summaries(not_done))
+    assert ended == finish.Ending(False, 5) and ended.is_unfinished
+    assert ended.reason == "which ended with 5 groups not done"
+    # a group not done with nothing to reset has no row: its commits count it
+    assert finish.ending(summaries(done), unrecorded=1).reason == (
+        "which ended with 1 group not done"
+    )
+    killed = finish.ending(summaries([*not_done, row("A", "g8", "intent")]))
+    assert killed.killed and killed.reason == "killed before its outcome"
+
+
+def test_the_newest_runs_unrecorded_groups_come_from_its_commits():
+    history = [  # newest first
+        {**commit("B", "A", minutes=5, phase="outcome"), reruns.UNRECORDED: "2"},
+        {**commit("B", "A", minutes=5), reruns.UNRECORDED: "2"},
+        {**commit("A", "A", minutes=1), reruns.UNRECORDED: "7"},
+    ]
+    found = reruns.plan_of(list(enumerate(reversed(history)))[::-1], "K")
+    assert (found.latest, found.unrecorded) == ("B", 2)
+    assert reruns.plan_of([(0, commit("A", "A"))], "K").unrecorded == 0  # an older Ferry's
+
+
+def test_a_group_whose_write_was_never_sent_is_planned_afresh():
+    """A's intent announced g1..g4; g1 was refused at write time (it had become active) and
+    g2 claimed: never sent, so planned afresh from where they are (a consumer may have moved
+    them since); g3's write failed and g4's was unknown: they may have landed, so pending
+    (the plan's target, or left alone at it)."""
+    rows = [
+        *(row("A", g, "intent", minutes=1) for g in ("g1", "g2", "g3", "g4")),
+        row("A", "g1", "outcome", minutes=2, status="REFUSED", is_committed=False),
+        row("A", "g2", "outcome", minutes=2, status="CLAIMED", is_committed=False),
+        row("A", "g3", "outcome", minutes=2, status="FAILED", is_committed=False),
+        row("A", "g4", "outcome", minutes=2, status="UNKNOWN", is_committed=False),
+        # g5: refused in A's plan (no intent); B, finishing A, refused it at write time
+        row("A", "g5", "plan", minutes=1, status="REFUSED", is_committed=False),
+        row("B", "g5", "intent", minutes=4),
+        row("B", "g5", "outcome", minutes=4, status="REFUSED", is_committed=False),
+    ]
+    got = finish.unfinished(plan_runs("A", "B"), summaries(rows))
+    assert got.done == {} and set(got.pending) == {"g3", "g4"}

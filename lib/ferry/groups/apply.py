@@ -16,7 +16,7 @@ from ferry.groups.reset import Target
 from ferry.kafka.cluster import Cluster
 from ferry.output import emit, print_summary
 from ferry.status import GroupStatus
-from ferry.write import commit
+from ferry.write import commit, reruns
 from ferry.write.ledger import Ledger
 
 CHANGE_COLUMNS = [
@@ -113,6 +113,10 @@ def write(
     written = {w.group for w in writes}
     cluster_id = cluster.conf.get("bootstrap.servers")
     kept = plans.ledger_rows([c for c in planned if c.group not in written], cluster_id, True)
+    if isinstance(run_ledger, reruns.CommandLedger):
+        # A group not done with nothing to reset has no ledger row: its commits count it, so
+        # the same command knows this run did not do all it was asked (ferry.groups.finish).
+        run_ledger.unrecorded = sum(1 for c in planned if c.error is not None and not c.targets)
     outcomes = commit.execute_writes(
         cluster, writes, kept, run_ledger, lease_ms, progress, batch_groups,
         ignore_claims=ignore_claims,

@@ -1,20 +1,24 @@
-"""A relative reset (`--shift-by`, `--by-duration`) run again after it was killed finishes the
-killed run's plan instead of shifting again (docs/jobs/groups.md, "A rerun after a kill").
+"""A relative reset (`--shift-by`, `--by-duration`) run again after it was killed, or after it
+ended with groups not done, finishes that run's plan instead of shifting again
+(docs/jobs/groups.md, "A rerun after a kill").
 
-kafka-consumer-groups is relative each time it runs, and so is Ferry when a run finished: a
-deliberate second run shifts again. But a scheduler retries a killed task, and a shift
-applied again to the groups the killed run had already written moves them twice. So each
-commit of a relative reset names its command (`command_key`) and the plan it carries out
-(`ferry.write.reruns`); the same command, while the newest run of it has an intent without
-an outcome, plans nothing new:
+kafka-consumer-groups is relative each time it runs, and so is Ferry when a run did all it
+was asked (exit 0): a deliberate second run shifts again. But a scheduler retries a killed
+task, and a failed one (exit 1: a group refused while active, moved, failed, unknown,
+claimed), and a shift applied again to the groups the earlier run had already written moves
+them twice. So each commit of a relative reset names its command (`command_key`) and the
+plan it carries out (`ferry.write.reruns`); the same command, while the newest run of it has
+an intent without an outcome or recorded a group as not done (`Ending`), plans nothing new:
 
 - a group that a run of the plan wrote (outcome committed) is left alone;
-- a group the plan announced (intent) and did not record as written gets the planned target
-  when it is still at the offsets it had before (or already at the target on some
-  partitions), is left alone when at the target everywhere, and is named and left alone
-  (MOVED, exit 1) when it is at neither: something else moved it since;
-- any other selected group (the plan never announced it, or another run wrote it after the
-  plan did, e.g. a rollback) is planned afresh from the value the plan resolved once (a
+- a group the plan announced (intent) and did not record as written, nor as never sent
+  (REFUSED or CLAIMED at write time), gets the planned target when it is still at the
+  offsets it had before (or already at the target on some partitions), is left alone when
+  at the target everywhere, and is named and left alone (MOVED, exit 1) when it is at
+  neither: something else moved it since;
+- any other selected group (the plan never announced it or never sent its write, e.g. one
+  refused while active, or another run wrote it after the plan did, e.g. a rollback) is
+  planned afresh from where it is, with the value the plan resolved once (a
   `--by-duration`'s timestamp, not a new now()).
 
 `--new-run` plans afresh instead, and says so. Pure but for `lookup` (the ledger reads).
@@ -38,7 +42,7 @@ from ferry.groups.selection import ResetSelection
 from ferry.keys import TopicPartitionKey
 from ferry.status import GroupStatus
 from ferry.write import reruns, rules
-from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME
+from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN
 
 if TYPE_CHECKING:
     from ferry.groups.describe import GroupsSnapshot
@@ -89,17 +93,40 @@ class Pending:
     runs: set[str] = field(default_factory=set)  # the runs whose intents count
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How the newest run of a plan ended, as its ledger rows say: killed (an intent without
+    an outcome) and how many groups it recorded as not done. Neither: it did all it was
+    asked (exit 0), and the same command shifts again."""
+
+    killed: bool = False
+    not_done: int = 0
+
+    @property
+    def is_unfinished(self) -> bool:
+        return self.killed or self.not_done > 0
+
+    @property
+    def reason(self) -> str:
+        """Why its plan is finished rather than a new shift made, for the stderr line."""
+        if self.killed:
+            return "killed before its outcome"
+        return f"which ended with {self.not_done} group{'s' * (self.not_done != 1)} not done"
+
+
 @dataclass
 class Unfinished:
-    """What the ledger says of a killed run's plan, for the selected groups."""
+    """What the ledger says of an unfinished run's plan (killed, or ended with groups not
+    done), for the selected groups."""
 
     runs: reruns.PlanRuns
     done: dict[str, str] = field(default_factory=dict)  # group → the run that wrote it
     pending: dict[str, Pending] = field(default_factory=dict)
+    ending: Ending = Ending(killed=True)
 
     @property
     def run_id(self) -> str:
-        """The run killed before its outcome (the plan's newest)."""
+        """The unfinished run (the plan's newest)."""
         return self.runs.latest
 
     @property
@@ -114,6 +141,16 @@ def has_open_intent(summaries: Sequence[Mapping]) -> bool:
     intents = {(s["run_id"], s["group"]) for s in summaries if s["phase"] == PHASE_INTENT}
     outcomes = {(s["run_id"], s["group"]) for s in summaries if s["phase"] == PHASE_OUTCOME}
     return bool(intents - outcomes)
+
+
+def ending(summaries: Sequence[Mapping], unrecorded: int = 0) -> Ending:
+    """How a run ended from its own rows' summaries (`reruns.summarize`, plan rows too): an
+    open intent, and the groups whose plan or outcome rows name a status not done, with
+    `unrecorded` more (not done, no ledger row: `reruns.UNRECORDED`)."""
+    not_done = {
+        s["group"] for s in summaries if s["phase"] in (PHASE_PLAN, PHASE_OUTCOME) and s["not_done"]
+    }
+    return Ending(has_open_intent(summaries), len(not_done) + unrecorded)
 
 
 def _records(summaries: Sequence[Mapping]) -> list[rules.GroupWriteRecord]:
@@ -158,7 +195,10 @@ def unfinished(runs: reruns.PlanRuns, summaries: Sequence[Mapping]) -> Unfinishe
         if wrote:
             out.done[group] = max(wrote, key=lambda s: s["last"])["run_id"]
             continue
-        intents = [s for s in mine if s["phase"] == PHASE_INTENT]
+        # An intent whose outcome says its write was never sent (refused while active,
+        # claimed) is no word on the group: the plan did not write it.
+        unsent = {s["run_id"] for s in mine if s["phase"] == PHASE_OUTCOME and s.get("declined")}
+        intents = [s for s in mine if s["phase"] == PHASE_INTENT and s["run_id"] not in unsent]
         if intents:
             newest = max(intents, key=lambda s: s["last"])["run_id"]
             out.pending[group] = Pending(newest, runs={s["run_id"] for s in intents})
@@ -180,17 +220,20 @@ def fill_pending(open_: Unfinished, intents: Iterable[tuple]) -> None:
 def lookup(
     spark: SparkSession, path: str, command: str, cluster_id: str | None, groups: Collection[str]
 ) -> tuple[reruns.PlanRuns | None, Unfinished | None]:
-    """The newest plan of `command` (None: no run of it) and, when its newest run has an
-    intent without outcome (killed), what is left of it for `groups`."""
+    """The newest plan of `command` (None: no run of it) and, when its newest run did not do
+    all it was asked (killed, or groups not done: `Ending`), what is left of it for
+    `groups`."""
     runs = reruns.find_plan(spark, path, command)
     if runs is None:
         return None, None
     since = runs.started[runs.latest]
-    latest = reruns.read_writes(spark, path, cluster_id, since, run_id=runs.latest)
-    if not has_open_intent(reruns.summarize(latest)):
+    latest = reruns.read_writes(spark, path, cluster_id, since, run_id=runs.latest, with_plan=True)
+    end = ending(reruns.summarize(latest), runs.unrecorded)
+    if not end.is_unfinished:
         return runs, None
     table = reruns.read_writes(spark, path, cluster_id, runs.since, groups)
     open_ = unfinished(runs, reruns.summarize(table))
+    open_.ending = end
     pairs = {(run, g) for g, pending in open_.pending.items() for run in pending.runs}
     fill_pending(open_, reruns.partition_rows(table, PHASE_INTENT, pairs))
     return runs, open_
@@ -225,7 +268,7 @@ def finish_change(group: str, pending: Pending, state: GroupsSnapshot) -> GroupC
             "from where it is)"
         )
     elif all(current.get(tp) == o for tp, o in pending.targets.items()):
-        change.skip = f"at run {pending.run_id}'s target already (written before it was killed)"
+        change.skip = f"at run {pending.run_id}'s target already (an earlier write landed)"
     return change
 
 
@@ -294,8 +337,9 @@ def prepare(
     groups: Collection[str],
     new_run: bool,
 ) -> Rerun:
-    """A relative reset's `Rerun`, saying on stderr when it finishes a killed run or, with
-    `new_run`, ignores one (no session or no ledger: nothing to finish)."""
+    """A relative reset's `Rerun`, saying on stderr when it finishes an unfinished run (killed,
+    or ended with groups not done) or, with `new_run`, ignores one (no session or no ledger:
+    nothing to finish)."""
     runs, found = None, None
     if spark is not None and ledger_path and delta.exists(ledger_path):
         runs, found = lookup(spark, ledger_path, command, cluster_id, groups)
@@ -304,13 +348,13 @@ def prepare(
     plan = f" (the plan of run {found.runs.plan})" if found.runs.plan != found.run_id else ""
     if new_run:
         print(
-            f"--new-run: ignoring run {found.run_id}{plan}, killed before its outcome; "
+            f"--new-run: ignoring run {found.run_id}{plan}, {found.ending.reason}; "
             "planning from where the groups are now",
             file=sys.stderr,
         )
         return Rerun(command, value, None, runs)
     print(
-        f"finishing run {found.run_id}, killed before its outcome{plan}: its targets, "
+        f"finishing run {found.run_id}, {found.ending.reason}{plan}: its targets, "
         f"not a new shift (--new-run to shift from where the groups are now)",
         file=sys.stderr,
     )

@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from ferry import delta
-from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, Ledger, LedgerError
+from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
 
 COMMAND = "ferry.command"
 PLAN = "ferry.plan"
@@ -28,6 +28,8 @@ RESOLVED = "ferry.resolved"
 RUN_TIME = "ferry.run_time"
 RUN_ID = "ferry.run_id"
 SUPERSEDES = "ferry.supersedes"
+# Groups the run did not do and has no ledger row for (no partition to reset in the scope).
+UNRECORDED = "ferry.unrecorded"
 
 # The columns `read_writes` returns: what a finishing run needs of each write row.
 WRITE_COLUMNS = [
@@ -57,6 +59,7 @@ class CommandLedger(Ledger):
         self.resolved = resolved
         self.plan = plan or run_id
         self.supersedes = sorted(set(supersedes))
+        self.unrecorded = 0  # set by the caller before the first commit
 
     def commit_metadata(self, phase: str) -> dict[str, str]:
         meta = super().commit_metadata(phase)
@@ -67,6 +70,7 @@ class CommandLedger(Ledger):
                 RESOLVED: self.resolved,
                 RUN_TIME: self.run_time.isoformat(),
                 SUPERSEDES: ",".join(self.supersedes),
+                UNRECORDED: str(self.unrecorded),
             }
         )
         return meta
@@ -84,6 +88,7 @@ class PlanRuns:
     since: datetime  # when the oldest of its runs found began
     started: dict[str, datetime]  # run → when it began
     superseded: frozenset[str] = frozenset()  # runs of earlier plans its runs set aside
+    unrecorded: int = 0  # the newest run's groups not done and without a ledger row
 
 
 def find_plan(spark: SparkSession, path: str, command: str) -> PlanRuns | None:
@@ -123,6 +128,11 @@ def plan_of(history: list[tuple[int, dict]], command: str) -> PlanRuns | None:
     superseded = {
         run for meta in oldest.values() for run in str(meta.get(SUPERSEDES) or "").split(",") if run
     }
+    unrecorded = max(
+        (int(meta.get(UNRECORDED) or 0) for _version, meta in history
+         if meta.get(COMMAND) == command and meta.get(RUN_ID) == latest[RUN_ID]),
+        default=0,
+    )  # fmt: skip
     return PlanRuns(
         plan=str(latest.get(PLAN) or latest[RUN_ID]),
         runs=runs,
@@ -131,6 +141,7 @@ def plan_of(history: list[tuple[int, dict]], command: str) -> PlanRuns | None:
         since=min(started.values()),
         started=started,
         superseded=frozenset(superseded - set(runs)),
+        unrecorded=unrecorded,
     )
 
 
@@ -141,18 +152,21 @@ def read_writes(
     since: datetime,
     groups: Collection[str] | None = None,
     run_id: str | None = None,
+    with_plan: bool = False,
 ) -> Any:  # noqa: ANN401 - a pyarrow.Table
-    """Executing runs' intent and outcome rows on `cluster` appended since `since` (of
-    `groups` only, and of `run_id` only, when given), `WRITE_COLUMNS` each, as an Arrow
-    table: a killed 10,000-group run's are 640,000 rows an intent, summed up column-wise
-    (`summarize`) rather than turned into a dict each."""
+    """Executing runs' intent and outcome rows (and plan rows: the groups a run decided not
+    to write, `with_plan`) on `cluster` appended since `since` (of `groups` only, and of
+    `run_id` only, when given), `WRITE_COLUMNS` each, as an Arrow table: a killed
+    10,000-group run's are 640,000 rows an intent, summed up column-wise (`summarize`)
+    rather than turned into a dict each."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     equal: dict[str, object] = {"cluster": cluster, "is_executed": True}
     if run_id is not None:
         equal["run_id"] = run_id
-    where = delta.Where(equal=equal, any_of={"phase": [PHASE_INTENT, PHASE_OUTCOME]})
+    phases = [PHASE_INTENT, PHASE_OUTCOME, *([PHASE_PLAN] if with_plan else [])]
+    where = delta.Where(equal=equal, any_of={"phase": phases})
     try:
         table = delta.read_since(spark, path, "row_time", since, WRITE_COLUMNS, where)
     except Exception as exc:  # noqa: BLE001
@@ -166,14 +180,25 @@ def read_writes(
 
 def summarize(table: Any) -> list[dict]:  # noqa: ANN401 - a pyarrow.Table of WRITE_COLUMNS
     """One dict per run, group and phase of write rows: `first` and `last` row time,
-    `is_committed` (any row), `unknown` (any row UNKNOWN), `rollback_of`."""
+    `is_committed` (any row), `unknown` (any row UNKNOWN), `not_done` (any row's status not a
+    done one: a plan row REFUSED or MOVED, an outcome row FAILED, UNKNOWN, ...), `declined`
+    (every row REFUSED or CLAIMED: an outcome of a write never sent), `rollback_of`."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ferry.status import GroupStatus
+    from ferry.status import DONE_STATUSES, GroupStatus
 
-    unknown = pc.equal(table.column("status"), GroupStatus.UNKNOWN.value)
+    status = table.column("status")
+
+    def among(statuses) -> Any:  # noqa: ANN001, ANN401 - a boolean array, null status: False
+        values = pa.array(sorted(s.value for s in statuses), pa.string())
+        return pc.fill_null(pc.is_in(status, values), False)
+
+    declined = among({GroupStatus.REFUSED, GroupStatus.CLAIMED})
     summary = (
-        table.append_column("unknown", unknown)
+        table.append_column("unknown", among({GroupStatus.UNKNOWN}))
+        .append_column("not_done", pc.invert(among(DONE_STATUSES)))
+        .append_column("declined", declined)
         .group_by(["run_id", "group", "phase"], use_threads=False)
         .aggregate(
             [
@@ -181,6 +206,8 @@ def summarize(table: Any) -> list[dict]:  # noqa: ANN401 - a pyarrow.Table of WR
                 ("row_time", "max"),
                 ("is_committed", "any"),
                 ("unknown", "any"),
+                ("not_done", "any"),
+                ("declined", "all"),
                 ("rollback_of", "max"),
             ]
         )
@@ -190,6 +217,8 @@ def summarize(table: Any) -> list[dict]:  # noqa: ANN401 - a pyarrow.Table of WR
         "row_time_max": "last",
         "is_committed_any": "is_committed",
         "unknown_any": "unknown",
+        "not_done_any": "not_done",
+        "declined_all": "declined",
         "rollback_of_max": "rollback_of",
     }
     return summary.rename_columns([names.get(n, n) for n in summary.column_names]).to_pylist()
