@@ -1,4 +1,4 @@
-"""Real Structured Streaming queries on a Kafka topic, read with Spark's own Kafka connector
+"""Real Structured Streaming queries on Kafka topics, read with Spark's own Kafka connector
 (`spark-sql-kafka-0-10` at the installed PySpark's version, fetched once by Spark's Ivy into
 ~/.ivy2.5.2), as the users whose checkpoints `migrate --checkpoint` translates run them.
 
@@ -6,7 +6,7 @@ Each run is its own Spark application in a child process (`run_queries`): the co
 must be on the JVM's classpath when it starts, and a query restarted against another cluster
 is a new application anyway. A run starts every query it is given at once and waits for each:
 
-- `stateless`: the records' key, value, partition and offset, written per batch;
+- `stateless`: the records' key, value, topic, partition and offset, written per batch;
 - `count`: a stateful aggregation, records counted per key (complete mode): the newest batch's
   output is the totals.
 
@@ -15,7 +15,17 @@ runs again), which is exactly once as long as batch ids are kept: Spark's own co
 sink that is idempotent per batch. `fail_at_batch` makes batch N fail after Spark wrote
 `offsets/N` (the query stops with its newest batch uncommitted). `trigger`: `available_now`
 reads what is there and stops; a number of seconds runs a micro-batch that often until the
-child process is ended (a query still running).
+child process is ended (a query still running), or until a stop condition of the query's
+(`stop_after_batch`, `stop_after_s`, `stop_when_caught_up`: `StreamingQuery.stop()`).
+
+The modes a cutover meets, per query: several Kafka sources unioned, or one read by `assign`
+or `subscribePattern` (`sources`, each optionally named for a `v2` offset log); Spark's DSv1
+`KafkaSource` (`reader="v1"`); session settings of the query's own (`conf`: the offset log's
+format); writer options (`writer_options`: async progress tracking, which needs a Kafka sink,
+`sink_topic`, read back with `topic_sink_values`); a continuous trigger
+(`trigger="continuous:SECONDS"`, Kafka sink too); a slow `foreachBatch` (`sleep_s`,
+`sleep_from_batch`). Each query runs in a session of its own (`SparkSession.newSession`) when
+it has settings, so that queries of one application do not share them.
 """
 
 from __future__ import annotations
@@ -88,6 +98,9 @@ class Query:
     stop_after_batch: int | None = None
     # Stop the query (`StreamingQuery.stop()`) this many seconds after it started.
     stop_after_s: float | None = None
+    # Stop the query once a batch read up to every source's latest offsets (a processing-time
+    # query that is to read what is there: async progress tracking refuses availableNow).
+    stop_when_caught_up: bool = False
     # Write the rows to this Kafka topic (on `sink_bootstrap`, default the query's) instead
     # of `foreachBatch` (continuous queries support no `foreachBatch`): key, and
     # value `"VALUE"`; `topic_sink_values` reads it back.
@@ -195,6 +208,15 @@ def _done(q: Query, running) -> int:  # noqa: ANN001 - a StreamingQuery
     return max([reported] + [int(n) for n in names if n.isdigit()])
 
 
+def _caught_up(running) -> bool:  # noqa: ANN001 - a StreamingQuery
+    """The last batch ended at every source's latest offsets."""
+    sources = (running.lastProgress or {}).get("sources") or []
+    return bool(sources) and all(
+        s.get("latestOffset") is not None and s.get("endOffset") == s.get("latestOffset")
+        for s in sources
+    )
+
+
 def _wait(queries: Sequence[tuple[Query, object]]) -> dict[str, str | None]:
     """Until every query ends: query name → None, or its error on one line. A query with
     `stop_after_batch` is stopped (`StreamingQuery.stop()`) once it finished that batch, one
@@ -213,6 +235,8 @@ def _wait(queries: Sequence[tuple[Query, object]]) -> dict[str, str | None]:
                 elif q.stop_after_batch is not None and _done(q, running) >= q.stop_after_batch:
                     running.stop()  # type: ignore[attr-defined]
                 elif q.stop_after_s is not None and time.monotonic() - started > q.stop_after_s:
+                    running.stop()  # type: ignore[attr-defined]
+                elif q.stop_when_caught_up and _caught_up(running):
                     running.stop()  # type: ignore[attr-defined]
             except Exception as exc:  # noqa: BLE001 - the query's failure is the outcome
                 outcome[q.name] = " ".join(str(exc).split())[:4000] or "failed"
@@ -321,6 +345,21 @@ def sink_totals(sink: str) -> dict[str, int]:
     rows = _sink_rows(sink)
     newest = max(r["batch_id"] for r in rows)
     return {r["key"]: r["count"] for r in rows if r["batch_id"] == newest}
+
+
+def topic_sink_values(
+    config: Mapping[str, str], topic: str, start: Mapping[int, int] | None = None
+) -> Counter:
+    """How many times each (key, value) is in a Kafka sink topic (`sink_topic`), from the
+    offsets `start` (partition → offset; default the beginning)."""
+    from ferry.testing.replicate import read_all
+
+    start = start or {}
+    return Counter(
+        ((r.key or b"").decode(), (r.value or b"").decode())
+        for r in read_all(config, topic)
+        if r.offset >= start.get(r.partition, 0)
+    )
 
 
 def renamed_by_hand(checkpoint: Path, rename: Mapping[str, str]) -> None:
