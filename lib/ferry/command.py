@@ -16,7 +16,6 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from ferry.errors import EXIT_OK, EXIT_USAGE
 
@@ -72,25 +71,13 @@ def jobs_list() -> str:
 
 
 def job_main(name: str) -> Callable[[list[str]], int]:
-    """The `main` of the job `name`: its module in ferry.jobs, or, in a checkout whose job
-    is still only an entry point script (jobs/NAME.py), that script's."""
+    """The `main` of the job `name` (its module in ferry.jobs)."""
     from ferry.jobs import JOBS
 
     module_name = JOBS.get(name)
     if module_name is None:
         raise CommandLineError(f"unknown job '{name}' (jobs: {jobs_list()}; see --help)")
-    try:
-        return importlib.import_module(module_name).main
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-    script = Path(__file__).resolve().parents[2] / "jobs" / f"{name.replace('-', '_')}.py"
-    if not script.is_file():
-        raise CommandLineError(f"job '{name}' is not in this installation of ferry")
-    spec = importlib.util.spec_from_file_location(f"ferry_job_{script.stem}", script)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.main
+    return importlib.import_module(module_name).main
 
 
 def prepare(argv: Sequence[str]) -> tuple[Callable[[list[str]], int], list[str]] | int:

@@ -173,9 +173,7 @@ def read_positions(
         if position < end:
             wanted.add((r["topic"], r["partition"], position))
     found = positions.next_records(spark, cluster, wanted, progress=progress)
-    next_rows = [
-        (t, p, o, *(found.get((t, p, o)) or (None, None))) for t, p, o in sorted(wanted)
-    ]
+    next_rows = [(t, p, o, *(found.get((t, p, o)) or (None, None))) for t, p, o in sorted(wanted)]
     session = spark() if callable(spark) else spark
     positions_df = local_df(
         session,
@@ -227,11 +225,15 @@ def with_lag(
 
 def group_totals(describe_df: DataFrame) -> DataFrame:
     """Per group: partitions, total lag, largest time lag."""
-    return describe_df.groupBy("group", "group_state").agg(
-        F.count("*").alias("partition_count"),
-        F.sum("lag").alias("lag"),
-        F.max("time_lag_ms").alias("time_lag_ms"),
-    ).select("group", "group_state", "partition_count", "lag", "time_lag_ms")
+    return (
+        describe_df.groupBy("group", "group_state")
+        .agg(
+            F.count("*").alias("partition_count"),
+            F.sum("lag").alias("lag"),
+            F.max("time_lag_ms").alias("time_lag_ms"),
+        )
+        .select("group", "group_state", "partition_count", "lag", "time_lag_ms")
+    )
 
 
 # ------------------------------------------------------------------------------------- load
@@ -254,3 +256,37 @@ def emit_describe(describe_df: DataFrame, fmt: str) -> None:
     for row in detail:
         by_group[row["group"]]["partitions"].append(row)
     emit_json(list(by_group.values()))
+
+
+def list_or_describe(
+    cluster: Cluster,
+    verb: str,
+    group_pattern: str | None,
+    topic_pattern: str | None,
+    reader: ReaderConfig,
+    fmt: str,
+    progress: Callable[[str], None],
+    start_session: Callable[[], object],
+) -> int:
+    """`groups list` and `groups describe` from the group listing to the output; the exit
+    code. `start_session()` is called once the groups' offsets are known (describe only): the
+    session starts while the log offsets and the positions' records are read."""
+    import time
+
+    from ferry.errors import EXIT_OK, NoGroupsError
+    from ferry.groups.selection import matching_groups
+
+    names = matching_groups(cluster, group_pattern)
+    progress(f"describing {len(names)} groups")
+    state = fetch_groups(cluster, names)
+    if verb == "list":
+        emit_list(names, state, fmt)
+        return EXIT_OK
+    rows = position_rows(state, topic_pattern)
+    if not rows:
+        raise NoGroupsError(
+            f"no committed or assigned partitions for the selected groups on {cluster.name}"
+        )
+    found = read_positions(start_session(), cluster, rows, reader, progress)
+    emit_describe(with_lag(*found, int(time.time() * 1000)), fmt)
+    return EXIT_OK

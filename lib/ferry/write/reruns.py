@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from ferry import delta
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, LedgerError
 
-COMMAND = "ferry.command"
+COMMAND = "ferry.rerun_command"
 PLAN = "ferry.plan"
 RESOLVED = "ferry.resolved"
 RUN_TIME = "ferry.run_time"

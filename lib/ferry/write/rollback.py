@@ -393,6 +393,17 @@ def run_rollback(
     return RollbackRun(plan, rows, errors, statuses, own.run_id, writer)
 
 
+def given_run_id(positional: str | None, option: str | None) -> str:
+    """The run id `groups rollback` was given, as RUN_ID or --rollback RUN_ID (once)."""
+    from ferry.errors import UsageError
+
+    if positional and option and positional != option:
+        raise UsageError("give the run id once: RUN_ID or --rollback RUN_ID")
+    if not (run_id := positional or option):
+        raise UsageError("rollback needs the RUN_ID of a copy, reset or delete run")
+    return run_id
+
+
 def rollback_job(
     cfg: FerryConfig,
     section: str,
