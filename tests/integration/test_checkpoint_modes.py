@@ -53,7 +53,7 @@ DELETED = 3  # records the source deletes on partition 0 (every query read them 
 OLD = 13  # records the destination held on its last partition before MM2 copied
 # Source topics (short name → partitions) read under the default policy (renamed).
 RENAMED = {"dsv1": 2, "ua": 2, "ub": 2, "pat-a": 1, "pat-b": 1, "asg": 3, "v2a": 2, "v2b": 2}
-RENAMED |= {"async": 2, "slow": 1}
+RENAMED |= {"async": 1, "slow": 1}
 IDENTICAL = {"ident": 2}  # read under IdentityReplicationPolicy
 V2 = {  # an offset log of format v2; a named source needs source evolution on
     "spark.sql.streaming.offsetLog.formatVersion": "2",
@@ -61,7 +61,7 @@ V2 = {  # an offset log of format v2; a named source needs source evolution on
 }
 ASYNC = {
     "asyncProgressTrackingEnabled": "true",
-    "asyncProgressTrackingCheckpointIntervalMs": "2000",
+    "asyncProgressTrackingCheckpointIntervalMs": "15000",
 }
 
 
@@ -83,7 +83,10 @@ class World:
         stamp = int(time.time() * 1000) % 10**8
         self.src, self.dst, self.tmp = src, dst, tmp
         self.u, self.ui = f"cm{stamp}", f"cmi{stamp}"
-        self.results: dict[str, object] = {}
+        # A destination topic the source lacks that a careless pattern also reads.
+        self.archive = f"source.{self.u}-pat-a-archive"
+        self.configs: dict[str, str] = {}  # "renamed" / "identity" -> a migrate config
+        self.source_outcome: dict[str, str | None] = {}  # the source run's, per query
 
     def topic(self, short: str) -> str:
         """A source topic's name."""
@@ -171,7 +174,12 @@ def query(world: World, case: str, where: str, folder: str = "q", **kwargs) -> Q
             "sink_topic": f"sink-{world.u}-async",
             "sink_bootstrap": world.src.bootstrap,
         }
-        base |= {"stop_when_caught_up": True} if on_dst else {"stop_after_batch": 7}
+        # On the source, 8 records a batch: batch 3 (offsets 24..31) is held up 16 s, longer
+        # than the checkpoint interval, so that batch 4 is written to storage, and batch 4
+        # (32..39) is held up until the query is killed: offsets/4 stored, commits/4 not,
+        # batches 1..3 not stored (batch ids skip).
+        held = {f"{name('async')}-0-24": 16.0, f"{name('async')}-0-32": 600.0}
+        base |= {"stop_when_caught_up": True} if on_dst else {"sleep_on": held}
     elif case == "slow":
         base |= {"topic": name("slow"), "max_offsets_per_trigger": 10}
     else:
@@ -181,6 +189,7 @@ def query(world: World, case: str, where: str, folder: str = "q", **kwargs) -> Q
 
 
 SOURCE_CASES = ("dsv1", "union", "pattern", "assign", "v2", "ident", "async")
+STOPPED_CASES = SOURCE_CASES[:-1]  # run with availableNow; the async query is killed
 CASE_TOPICS = {
     "dsv1": ("dsv1",),
     "union": ("ua", "ub"),
@@ -206,8 +215,6 @@ def world(clusters, tmp_path_factory):
         produce(dst.config, world.remote(short), parts - 1, old)
         for p in range(parts):
             produce(src.config, world.topic(short), p, records(world.topic(short), p, 0, FIRST))
-    # A topic the source lacks that a careless pattern on the destination also reads.
-    world.archive = f"{world.remote('pat-a')}-archive"
     create_topics(dst.config, {world.archive: 1})
     produce(
         dst.config, world.archive, 0, [Record(b"z", f"archived-{i}".encode()) for i in range(7)]
@@ -215,8 +222,9 @@ def world(clusters, tmp_path_factory):
 
     create_topics(src.config, {f"sink-{world.u}-async": 1})  # the async query's Kafka sink
     world.source_outcome = run_queries(
-        world.tmp / "runs", [query(world, c, "src") for c in SOURCE_CASES]
+        world.tmp / "runs", [query(world, c, "src") for c in STOPPED_CASES]
     )
+    kill_the_async_query_mid_batch(world)
     # The queries stopped; the topics move on; the source deletes what every query read.
     for short, parts in every.items():
         for p in range(parts):
@@ -237,7 +245,6 @@ def world(clusters, tmp_path_factory):
             src, dst, f"{prefix}-.*", f"{prefix}-.*", identity=identity, log_dir=world.tmp
         ) as mm:
             wait_replicated(mm, [world.topic(s) for s in topics], records=wanted)
-    world.configs = {}
     for policy, prefix, rename in (
         ("renamed", world.u, [{"match": "^(.*)$", "replace": "source.\\1"}]),
         ("identity", world.ui, None),
@@ -248,6 +255,23 @@ def world(clusters, tmp_path_factory):
         world.configs[policy] = write_migrate_config(folder, src, dst, prefix, **sections)
     shutil.copytree(world.tmp / "q", world.tmp / "untouched")
     return world
+
+
+def kill_the_async_query_mid_batch(world: World) -> None:
+    """Run the async query until it is held up in batch 4 with offsets/4 stored, then kill
+    its application (SIGKILL): its newest stored batch is not committed."""
+    running = query(world, "async", "src")
+    path = Path(running.checkpoint)
+    process = start_running(world.tmp / "runs", [running], every_s=0.3)
+    try:
+        deadline = time.monotonic() + 240
+        while not (path / "offsets" / "4").exists():
+            assert process.poll() is None, "the async query stopped"
+            assert time.monotonic() < deadline, "the async query stored no batch 4"
+            time.sleep(0.5)
+        time.sleep(3)
+    finally:
+        stop_running(process)
 
 
 def migrate(world: World, case: str, path: Path, *extra: str):  # noqa: ANN201
@@ -431,15 +455,18 @@ def test_identical_topic_names(world, restarted, controls):
 
 @pytest.mark.slow
 def test_async_progress_tracking(world, restarted):
-    """Batch ids skip in storage; Spark restarts after the newest batch committed there and
-    runs the later ones again (the Kafka sink is at-least-once): every record at or after
-    that batch's positions must reach the sink exactly once in the restarted run."""
-    assert world.source_outcome["async-src-q"] is None, world.source_outcome
+    """Batch ids skip in storage and the newest batch stored is not committed (the query was
+    killed in it): Spark runs it again from the previous batch *in storage*, not N-1, and
+    the records from there on again (the Kafka sink is at-least-once). Every record from
+    those positions on must reach the sink exactly once in the restarted run."""
     untouched = world.checkpoint("async", "untouched")
-    stored = ids(untouched, "offsets")
+    stored, commits = ids(untouched, "offsets"), ids(untouched, "commits")
+    print(f"async: offsets/ {stored}, commits/ {commits}")
     assert stored != list(range(len(stored))), f"no batch id skipped: {stored}"
-    committed = max(set(stored) & set(ids(untouched, "commits")))
-    line = (untouched / "offsets" / str(committed)).read_text().split("\n")[2]
+    newest = stored[-1]
+    assert newest not in commits, (stored, commits)
+    restart_from = max(b for b in stored if b < newest)
+    line = (untouched / "offsets" / str(restart_from)).read_text().split("\n")[2]
     positions = {int(p): o for p, o in json.loads(line)[world.topic("async")].items()}
     result = restarted["migrate"]["async"]
     assert result.code == 0, result.stderr[-2000:]

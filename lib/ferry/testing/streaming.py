@@ -24,8 +24,9 @@ or `subscribePattern` (`sources`, each optionally named for a `v2` offset log); 
 format); writer options (`writer_options`: async progress tracking, which needs a Kafka sink,
 `sink_topic`, read back with `topic_sink_values`); a continuous trigger
 (`trigger="continuous:SECONDS"`, Kafka sink too); a slow `foreachBatch` (`sleep_s`,
-`sleep_from_batch`). Each query runs in a session of its own (`SparkSession.newSession`) when
-it has settings, so that queries of one application do not share them.
+`sleep_from_batch`), or a batch held up at a chosen record (`sleep_on`). Each query runs in a
+session of its own (`SparkSession.newSession`) when it has settings, so that queries of one
+application do not share them.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class Query:
     # Batches from `sleep_from_batch` on sleep this long in `foreachBatch` before writing.
     sleep_s: float = 0
     sleep_from_batch: int = 0
+    # A record whose value is a key here makes its batch sleep this long (seconds), whatever
+    # the sink: a batch of a Kafka-sink query held up at a chosen record.
+    sleep_on: dict[str, float] = field(default_factory=dict)
     # This query's trigger when not the run's: "available_now", "once", seconds ("2"), or
     # "continuous:SECONDS" (then the sink is the Kafka topic `sink_topic`).
     trigger: str | None = None
@@ -159,9 +163,18 @@ def _run_one(spark, q: Query, trigger: str):  # noqa: ANN001, ANN202 - a Streami
         out = df.groupBy(F.col("key").cast("string").alias("key")).count()
         mode = "complete"
     else:
+        value = F.col("value").cast("string")
+        if q.sleep_on:
+            sleeps = dict(q.sleep_on)
+
+            def held(v: str | None) -> str | None:
+                time.sleep(sleeps.get(v or "", 0))
+                return v
+
+            value = F.udf(held, "string")(value)
         out = df.select(
             F.col("key").cast("string").alias("key"),
-            F.col("value").cast("string").alias("value"),
+            value.alias("value"),
             "topic",
             "partition",
             "offset",
