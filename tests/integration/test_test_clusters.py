@@ -42,8 +42,8 @@ def test_every_test_cluster_is_apache_kafka(cluster, clusters):
 def test_the_testing_package_starts_only_kafka_jvms():
     """Every process `ferry.testing` starts is a `java` command built by `brokers._java`
     (Kafka's main classes on Kafka's classpath), one of the real peers (MirrorMaker 2, the
-    kafka-consumer-groups tool, Burrow and the ZooKeeper it needs, Hadoop's MiniCluster), or
-    openssl and the Ivy fetch; a test fails if a module starts anything else."""
+    kafka-consumer-groups tool, Burrow and the ZooKeeper it needs, Hadoop's MiniCluster, a
+    Structured Streaming query, a Spark Connect server), or openssl and the Ivy fetch; a test fails if a module starts anything else."""
     launches = []
     for path in sorted(TESTING.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -73,6 +73,8 @@ def test_the_testing_package_starts_only_kafka_jvms():
         ("rootfs.py", "[chroot_bin"),
         # a real Structured Streaming query with Spark's Kafka connector (test_checkpoint)
         ("streaming.py", "_command(spec)"),
+        # PySpark's own Spark Connect server (SparkConnectServer through spark-submit)
+        ("connect_server.py", "command"),
     }
     for name, first in launches:
         assert any(name == a and first.startswith(b) for a, b in allowed), (name, first)
