@@ -17,7 +17,8 @@ from ferry.checkpoint.offsets_log import (
     render_offsets_file,
     translated_line,
 )
-from ferry.checkpoint.translate import check_source_range, restart_hint
+from ferry.checkpoint.restart import restart_hint
+from ferry.checkpoint.translate import check_source_range
 from ferry.errors import FerryError, UsageError
 from ferry.migrate.decision import GroupDecision
 from ferry.status import GroupStatus

@@ -35,14 +35,15 @@ class LogsSeen:
 
     offsets: tuple[int, ...]
     commits: tuple[int, ...]
-    newest_ms: int  # the newest offsets or commits file's modification time (0: none)
+    offsets_ms: int  # the newest offsets file's modification time (0: none)
+    commits_ms: int  # the newest commits file's (0: none)
 
     @classmethod
     def list(cls, store) -> LogsSeen:  # noqa: ANN001 - a checkpoint store
         listed = {d: {f.name: f for f in store.list(d)} for d in ("offsets", "commits")}
         ids = {d: tuple(offsets_log.batch_ids(files)) for d, files in listed.items()}
-        newest = [listed[d][str(ids[d][-1])].modified_ms for d in listed if ids[d]]
-        return cls(ids["offsets"], ids["commits"], max(newest, default=0))
+        newest = {d: listed[d][str(ids[d][-1])].modified_ms if ids[d] else 0 for d in listed}
+        return cls(ids["offsets"], ids["commits"], newest["offsets"], newest["commits"])
 
     def moved_since(self, before: LogsSeen) -> str | None:
         """What the query wrote since `before` was listed, or None."""

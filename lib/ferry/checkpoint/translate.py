@@ -19,7 +19,6 @@ Written, all files or none, only when every set is READY: `ferry.checkpoint.rewr
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from ferry import kafka
 from ferry.checkpoint import offsets_log, positions, rewrite, runs
 from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
+from ferry.checkpoint.restart import restart_hint
 from ferry.checkpoint.rewrite import LogsSeen
 from ferry.checkpoint.runs import FERRY_DIR, RunState, offsets_name
 from ferry.checkpoint.stores import open_store
@@ -42,8 +42,6 @@ from ferry.write.ledger import PHASE_PLAN, Ledger, new_run_id
 
 ACTION = "migrate-checkpoint"
 RUN_PREFIX = f"{ACTION}-"  # run ids of checkpoint runs start so (`--rollback` tells them apart)
-# Topics MirrorMaker 2 keeps on a cluster it copies to, which a broad subscribePattern catches.
-MM2_INTERNAL = re.compile(r"(.*\.)?(heartbeats|checkpoints\.internal)$|^mm2-.*")
 
 
 @dataclass
@@ -59,7 +57,13 @@ class Checkpoint:
     @property
     def age_s(self) -> float:
         """Since the newest offsets or commits file was written."""
-        return time.time() - self.seen.newest_ms / 1000 if self.seen.newest_ms else float("inf")
+        return seconds_since(max(self.seen.offsets_ms, self.seen.commits_ms))
+
+    @property
+    def commit_age_s(self) -> float:
+        """Since the newest commits file was written: what tells a query's activity once a
+        killed run of Ferry rewrote the newest offsets files itself."""
+        return seconds_since(self.seen.commits_ms)
 
     def current(self, batch: int) -> bytes | None:
         """offsets/BATCH's bytes now (None when it is not there)."""
@@ -67,6 +71,10 @@ class Checkpoint:
             return self.data[batch]
         name = offsets_name(batch)
         return self.store.read(name) if self.store.exists(name) else None
+
+
+def seconds_since(modified_ms: int) -> float:
+    return time.time() - modified_ms / 1000 if modified_ms else float("inf")
 
 
 def set_name(batch: int, index: int | str) -> str:
@@ -209,70 +217,6 @@ def new_files(
     return out
 
 
-def restart_hint(
-    decisions: Mapping[str, GroupDecision],
-    dst_bootstrap: str,
-    dst_only_topics: list[str],
-    pattern: str | None,
-) -> list[str]:
-    """What the restarted query needs: the destination's bootstrap and its topics' names, and
-    which destination topics the source lacks (MirrorMaker 2's own among them) a
-    subscribePattern would also read, from earliest (`pattern`: the query's, when given)."""
-    partitions: dict[str, set[int]] = {}
-    for d in decisions.values():
-        for topic, partition in d.offsets:
-            partitions.setdefault(topic, set()).add(partition)
-    if not partitions:
-        return []
-    assign = ",".join(
-        f'"{t}":[{",".join(str(p) for p in sorted(ps))}]' for t, ps in sorted(partitions.items())
-    )
-    if len(assign) > 200:  # hundreds of partitions: the option's shape, not every number
-        assign = ",".join(f'"{t}":[0..{max(ps)}]' for t, ps in sorted(partitions.items()))
-    topics = sorted(partitions)
-    lines = [
-        f"restart the query with kafka.bootstrap.servers={dst_bootstrap} and "
-        f"subscribe={','.join(topics)} (or assign={{{assign}}})"
-    ]
-    exact = "^(" + "|".join(re.escape(t) for t in topics) + ")$"
-    if pattern is not None:
-        # Spark 4.2's Kafka source keeps a topic the pattern is *found* in (Regex.findFirstIn
-        # in SubscribePatternStrategy), not one it matches whole: `orders` reads
-        # `source.orders` too.
-        missed = [t for t in topics if not re.search(pattern, t)]
-        caught = [t for t in dst_only_topics if t not in partitions and re.search(pattern, t)]
-        if missed:
-            lines.append(
-                f"subscribePattern {pattern} does not match {', '.join(missed)}: the restarted "
-                f"query would not read it; use {exact}"
-            )
-        if caught:
-            lines.append(
-                f"subscribePattern {pattern} also matches {_few(caught)} on the destination, "
-                f"which the source does not have: the query would read it from its "
-                f"startingOffsets (AvailableNow with an uncommitted batch fails); use {exact}"
-            )
-        if not missed and not caught:
-            lines.append(f"subscribePattern {pattern} matches exactly these topics")
-    elif internal := [t for t in dst_only_topics if MM2_INTERNAL.search(t)]:
-        lines.append(
-            f"a subscribePattern must match these names and nothing else: the destination also "
-            f"has {_few(internal)} (MirrorMaker 2's), which a broad pattern would read from "
-            f"its startingOffsets; give --subscribe-pattern to check yours, or use {exact}"
-        )
-    else:
-        lines.append(
-            "a subscribePattern must match these names and no other destination topic; give "
-            "--subscribe-pattern to check yours"
-        )
-    return lines
-
-
-def _few(names: list[str], limit: int = 6) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
 def checkpoint_job(
     spark,  # noqa: ANN001
     cfg: FerryConfig,
@@ -297,9 +241,12 @@ def checkpoint_job(
     last = runs.last_run(cp.store, cp.choice.newest, cp.current)
     if last is not None and last.state != RunState.PARTIAL:
         return earlier_run(cp, last, fmt)
-    check_idle(cp.store.root, cp.choice.newest, cp.age_s, idle_s)
     if last is not None:
+        # The killed run rewrote the newest offsets files itself, which dates them now: a
+        # query still running would show as a commit, or a newer batch (RAN_ON_SOURCE).
+        check_idle(cp.store.root, cp.choice.newest, cp.commit_age_s, idle_s)
         return finish_run(spark, cp, last, cfg, is_execute, fmt, progress)
+    check_idle(cp.store.root, cp.choice.newest, cp.age_s, idle_s)
     kafka.check_reachable(src)
     src_topics = kafka.list_topics(src)
     sets, warnings = position_sets(cp, cfg, src_topics)
