@@ -5,11 +5,12 @@ Both have the same methods and the same guarantee: a file is replaced whole or n
 
 from __future__ import annotations
 
+from ferry.connect import is_connect
+
 
 def open_store(spark, root: str):  # noqa: ANN001, ANN201 - a SparkSession; a store
     """The store for `root` on this session."""
-    # A Connect session's class lives in pyspark.sql.connect, and it has no JVM to call.
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(spark):
         from ferry.checkpoint.arrow_store import ArrowStore
 
         return ArrowStore(root)
