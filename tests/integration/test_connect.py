@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.proxy import API_FETCH
 
 from .jobrunner import run_job
 from .test_checkpoint import copied_topic  # noqa: F401 - a fixture
@@ -231,6 +232,99 @@ def test_usage_and_config_errors_as_classic(worlds, server):
         f"error: cannot reach the Spark Connect server at localhost:{port}: Connection refused"
     ], nobody.stderr
     assert "Traceback" not in nobody.stderr
+
+
+@pytest.fixture(scope="module")
+def proxied_source():  # noqa: ANN201 - a LocalBroker
+    """A source cluster reached only through its FaultProxy (ferry.testing.proxy), so a test
+    can take it away mid-run."""
+    from ferry.testing.brokers import start_broker
+
+    broker = start_broker("connect-source", proxied=True)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def committed(cluster, prefix: str, group: str) -> dict[tuple[str, int], int]:  # noqa: ANN001
+    """The group's committed offsets on the topics named `prefix-…`, read by a consumer that
+    never joins the group (an oracle independent of Ferry's own reads; see test_yarn's)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    consumer = Consumer({**cluster.config, "group.id": group, "enable.auto.commit": False})
+    try:
+        topics = consumer.list_topics(timeout=30).topics
+        asked = [TopicPartition(name, p) for name, topic in topics.items()
+                 if name.startswith(f"{prefix}-") for p in topic.partitions]  # fmt: skip
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                answer = consumer.committed(asked, timeout=30)
+                break
+            except KafkaException as exc:
+                moving = exc.args[0].code() in (KafkaError.NOT_COORDINATOR,
+                                                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                                KafkaError.COORDINATOR_NOT_AVAILABLE)  # fmt: skip
+                if not moving or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
+
+
+@pytest.mark.parametrize("reader", ["driver", "spark"])
+def test_a_cluster_lost_mid_run_gives_one_line_and_nothing_written_as_classic(
+    proxied_source, clusters, server, tmp_path, reader
+):
+    # The source cut by its proxy at the first record fetch (after the groups and their
+    # offsets were read), on twin worlds: exit 1, one `error:` line naming the source, nothing
+    # on stdout, no group committed on the destination; the classic run says the same. The
+    # records read by the driver (the `ferry` process itself through Connect), or by Spark
+    # (reader.driver_max_offsets=0: the server's Python workers, the error crossing gRPC).
+    src, dst = proxied_source, clusters[1]
+    proxy = src.proxy
+    assert proxy is not None
+    stamp = int(time.time() * 1000) % 10**8
+    runs, lines = {}, {}
+    for way in ("classic", "connect"):
+        (tmp_path / way).mkdir()
+        world = build_world((src, dst), tmp_path / way, f"l{stamp}{way[:2]}{reader[:2]}")
+        spark_reads = ["--set", "reader.driver_max_offsets=0"] if reader == "spark" else []
+        args = ["migrate", "--config", world["ok"], "--execute", "--quiet", *spark_reads,
+                "--set", "reader.timeout_ms=5000", "--set", "admin.timeout_ms=3000"]  # fmt: skip
+        cut = proxy.arm(API_FETCH, "cut")
+        try:
+            if way == "classic":
+                k = run_job(*args)
+                runs[way] = (k.code, k.stdout, k.stderr)
+            else:
+                c = ferry(server, *args)
+                runs[way] = (c.returncode, c.stdout, c.stderr)
+        finally:
+            proxy.disarm()
+            proxy.restore()
+        code, stdout, stderr = runs[way]
+        assert cut.is_set(), (way, stderr)  # the source went away mid-run, not before it
+        assert code == 1, (way, stderr)
+        assert stdout == "", (way, stdout)
+        assert "Traceback" not in stderr, (way, stderr)
+        [lines[way]] = stderr.strip().splitlines()
+        assert lines[way].startswith("error: "), (way, stderr)
+        assert f"source ({src.bootstrap})" in lines[way], (way, stderr)
+        for group in (f"{world['u']}-ok-a", f"{world['u']}-wait-p"):
+            assert committed(dst, world["u"], group) == {}, (way, group)
+    # the same command again, the source back, finishes the job (and the oracle sees it)
+    again = ferry(server, *args)
+    assert again.returncode == 0, again.stderr
+    shift = f"{world['u']}-ok-shift"
+    assert committed(dst, world["u"], f"{world['u']}-ok-a") == {(shift, 0): 15, (shift, 1): 30}
+    # the same kind of line both ways: the same words once where the read stopped is left out
+    # (which partition's read failed first is the tasks' race)
+    print(f"{reader}: {lines['connect']}")
+    stopped = re.compile(r"reading \S+\[\d+\] at offset \d+( \(and \d+ more partitions\))?")
+    assert stopped.sub("reading P", lines["classic"]) == stopped.sub("reading P", lines["connect"])
 
 
 def test_a_server_whose_workers_lack_ferry_says_so_in_one_line(worlds, server, tmp_path):
