@@ -6,8 +6,8 @@ destination from a later offset (offsets differ), with short runs of identical r
 millisecond (`migrate_bench.produce_world`). One stopped group has committed offsets on every
 partition; a Structured Streaming checkpoint holds the very same positions in its newest,
 committed batch (`offsets/N-1`, `offsets/N` and `commits/N` as Spark 4.2 writes them: the
-translation reads both offsets files, as Spark does on restart). Then, alternating, ROUNDS times each, through the real job in-process on a warm
-session:
+translation reads both offsets files, as Spark does on restart). Then, alternating, ROUNDS
+times each, through the real job in-process on a warm session:
 
 1. `migrate` dry run of that group (the baseline);
 2. `migrate --checkpoint` dry run of the checkpoint.

@@ -43,7 +43,8 @@ def test_the_testing_package_starts_only_kafka_jvms():
     """Every process `ferry.testing` starts is a `java` command built by `brokers._java`
     (Kafka's main classes on Kafka's classpath), one of the real peers (MirrorMaker 2, the
     kafka-consumer-groups tool, Burrow and the ZooKeeper it needs, Hadoop's MiniCluster, a
-    Structured Streaming query, a Spark Connect server), or openssl and the Ivy fetch; a test fails if a module starts anything else."""
+    Structured Streaming query, a Spark Connect server), or openssl and the Ivy fetch; a test
+    fails if a module starts anything else."""
     launches = []
     for path in sorted(TESTING.glob("*.py")):
         tree = ast.parse(path.read_text())
