@@ -19,6 +19,7 @@ and the same command again ends the job exactly:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -45,6 +46,17 @@ class LogsSeen:
         newest = {d: listed[d][str(ids[d][-1])].modified_ms if ids[d] else 0 for d in listed}
         return cls(ids["offsets"], ids["commits"], newest["offsets"], newest["commits"])
 
+    @property
+    def age_s(self) -> float:
+        """Since the newest offsets or commits file was written."""
+        return _seconds_since(max(self.offsets_ms, self.commits_ms))
+
+    @property
+    def commit_age_s(self) -> float:
+        """Since the newest commits file was written: what tells a query's activity once a
+        killed run of Ferry rewrote the newest offsets files itself."""
+        return _seconds_since(self.commits_ms)
+
     def moved_since(self, before: LogsSeen) -> str | None:
         """What the query wrote since `before` was listed, or None."""
         if self.offsets != before.offsets:
@@ -54,6 +66,10 @@ class LogsSeen:
             new = sorted(set(self.commits) - set(before.commits))
             return f"batch {new[0]} was committed" if new else "the commit log changed"
         return None
+
+
+def _seconds_since(modified_ms: int) -> float:
+    return time.time() - modified_ms / 1000 if modified_ms else float("inf")
 
 
 def read_if_there(store, batch: int) -> bytes | None:  # noqa: ANN001 - a checkpoint store

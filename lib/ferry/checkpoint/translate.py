@@ -20,7 +20,6 @@ Written, all files or none, only when every set is READY: `ferry.checkpoint.rewr
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -54,27 +53,9 @@ class Checkpoint:
     data: dict[int, bytes]
     parsed: dict[int, OffsetsFile]
 
-    @property
-    def age_s(self) -> float:
-        """Since the newest offsets or commits file was written."""
-        return seconds_since(max(self.seen.offsets_ms, self.seen.commits_ms))
-
-    @property
-    def commit_age_s(self) -> float:
-        """Since the newest commits file was written: what tells a query's activity once a
-        killed run of Ferry rewrote the newest offsets files itself."""
-        return seconds_since(self.seen.commits_ms)
-
     def current(self, batch: int) -> bytes | None:
         """offsets/BATCH's bytes now (None when it is not there)."""
-        if batch in self.data:
-            return self.data[batch]
-        name = offsets_name(batch)
-        return self.store.read(name) if self.store.exists(name) else None
-
-
-def seconds_since(modified_ms: int) -> float:
-    return time.time() - modified_ms / 1000 if modified_ms else float("inf")
+        return self.data[batch] if batch in self.data else rewrite.read_if_there(self.store, batch)
 
 
 def set_name(batch: int, index: int | str) -> str:
@@ -105,7 +86,7 @@ def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN
         }
     except CheckpointFormatError:
         newest = seen.offsets[-1] if seen.offsets else -1
-        check_idle(store.root, newest, Checkpoint(store, seen, None, {}, {}).age_s, idle_s)
+        check_idle(store.root, newest, seen.age_s, idle_s)
         raise
     return Checkpoint(store, seen, choice, data, parsed)
 
@@ -244,9 +225,9 @@ def checkpoint_job(
     if last is not None:
         # The killed run rewrote the newest offsets files itself, which dates them now: a
         # query still running would show as a commit, or a newer batch (RAN_ON_SOURCE).
-        check_idle(cp.store.root, cp.choice.newest, cp.commit_age_s, idle_s)
+        check_idle(cp.store.root, cp.choice.newest, cp.seen.commit_age_s, idle_s)
         return finish_run(spark, cp, last, cfg, is_execute, fmt, progress)
-    check_idle(cp.store.root, cp.choice.newest, cp.age_s, idle_s)
+    check_idle(cp.store.root, cp.choice.newest, cp.seen.age_s, idle_s)
     kafka.check_reachable(src)
     src_topics = kafka.list_topics(src)
     sets, warnings = position_sets(cp, cfg, src_topics)
