@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.produce import Record, commit_offsets, create_topics, produce, read_committed
 from ferry.testing.proxy import API_FETCH
 
 from .jobrunner import run_job
@@ -249,29 +249,8 @@ def proxied_source():  # noqa: ANN201 - a LocalBroker
 
 def committed(cluster, prefix: str, group: str) -> dict[tuple[str, int], int]:  # noqa: ANN001
     """The group's committed offsets on the topics named `prefix-…`, read by a consumer that
-    never joins the group (an oracle independent of Ferry's own reads; see test_yarn's)."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-    consumer = Consumer({**cluster.config, "group.id": group, "enable.auto.commit": False})
-    try:
-        topics = consumer.list_topics(timeout=30).topics
-        asked = [TopicPartition(name, p) for name, topic in topics.items()
-                 if name.startswith(f"{prefix}-") for p in topic.partitions]  # fmt: skip
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                answer = consumer.committed(asked, timeout=30)
-                break
-            except KafkaException as exc:
-                moving = exc.args[0].code() in (KafkaError.NOT_COORDINATOR,
-                                                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                                                KafkaError.COORDINATOR_NOT_AVAILABLE)  # fmt: skip
-                if not moving or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-    finally:
-        consumer.close()
-    return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
+    never joins the group (`read_committed`, as test_yarn's)."""
+    return read_committed(cluster.config, group, f"{prefix}-")
 
 
 @pytest.mark.parametrize("reader", ["driver", "spark"])

@@ -22,7 +22,7 @@ import pyspark
 import pytest
 
 from ferry.testing.brokers import LocalBroker, free_port, start_broker
-from ferry.testing.produce import Record, commit_offsets, create_topics, produce
+from ferry.testing.produce import Record, commit_offsets, create_topics, produce, read_committed
 from ferry.testing.proxy import API_FETCH
 from ferry.testing.yarn import Yarn, yarn_cluster
 
@@ -86,36 +86,11 @@ def submit(
 
 def committed(cluster, group: str) -> dict[tuple[str, int], int]:  # noqa: ANN001
     """The group's committed offsets on the test's topics (named, like the group, `unique-…`),
-    read by a consumer that never joins the group: an oracle independent of Ferry's own
-    `committed_offsets`, which asks from a worker process (`ferry.kafka.isolated`) because an
-    AdminClient's offset fetch answered NOT_COORDINATOR (a cluster that has not loaded
-    __consumer_offsets yet, a busy one) crashes the process it runs in (librdkafka issue 5040;
-    it took pytest down here when this helper still used an AdminClient). A consumer reports
-    the error instead; it is asked again."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-    prefix = group.rsplit("-", 1)[0] + "-"
-    consumer = Consumer({**cluster.config, "group.id": group, "enable.auto.commit": False})
-    try:
-        topics = consumer.list_topics(timeout=30).topics
-        asked = [TopicPartition(name, p) for name, topic in topics.items()
-                 if name.startswith(prefix) for p in topic.partitions]  # fmt: skip
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                answer = consumer.committed(asked, timeout=30)
-                break
-            except KafkaException as exc:
-                error = exc.args[0]
-                moving = error.code() in (KafkaError.NOT_COORDINATOR,
-                                          KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                                          KafkaError.COORDINATOR_NOT_AVAILABLE)  # fmt: skip
-                if not moving or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-    finally:
-        consumer.close()
-    return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
+    read by a consumer that never joins the group (`read_committed`): an oracle independent of
+    Ferry's own `committed_offsets`, which asks from a worker process (`ferry.kafka.isolated`)
+    because an AdminClient's offset fetch answered NOT_COORDINATOR crashes the process it runs
+    in (librdkafka issue 5040; it took pytest down here when this helper still used one)."""
+    return read_committed(cluster.config, group, group.rsplit("-", 1)[0] + "-")
 
 
 def migrate_config(path: Path, src, dst, prefix: str, ledger: str) -> Path:  # noqa: ANN001

@@ -259,3 +259,41 @@ def commit_offsets(
             raise RuntimeError(f"commit for group {group} failed: {errors[0]}")
         admin = AdminClient(dict(config))
         time.sleep(0.2)
+
+
+def read_committed(
+    config: Mapping[str, str], group: str, topic_prefix: str
+) -> dict[tuple[str, int], int]:
+    """`group`'s committed offsets on the topics whose names start with `topic_prefix`, read by
+    a consumer that never joins the group: an oracle independent of Ferry's own reads. Asked
+    again while the coordinator moves or loads (a fresh cluster, a busy one) for two minutes:
+    a consumer reports NOT_COORDINATOR where an AdminClient's offset fetch crashes the process
+    (librdkafka issue 5040)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    moving = (
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    )
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    try:
+        topics = consumer.list_topics(timeout=30).topics
+        asked = [
+            TopicPartition(name, p)
+            for name, topic in topics.items()
+            if name.startswith(topic_prefix)
+            for p in topic.partitions
+        ]
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                answer = consumer.committed(asked, timeout=30)
+                break
+            except KafkaException as exc:
+                if exc.args[0].code() not in moving or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
