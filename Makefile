@@ -42,9 +42,8 @@ demo: install
 
 # Two workers, each a module at a time (module fixtures stay in one process), each with its own
 # clusters and Spark session: a test spends most of its time waiting on Kafka or a JVM, and
-# one process kept 2 cores about 45% busy (8.5 min on one, 6.8 min on two). The other suites
-# stay on one process (each says why below; test-cluster was not tried: its YARN MiniCluster
-# and standalone master and worker are large JVMs of their own).
+# one process kept 2 cores about 45% busy (8.5 min on one, 6.8 min on two). The slower suites
+# below run the same way (each says what stays on one process, and why).
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
 	  -m 'not cluster and not faults and not slow'
@@ -52,9 +51,11 @@ test: install
 # Suites that start JVMs of their own beside the shared clusters and Spark session: TLS and
 # SASL clusters, a cluster whose log cleaner runs every second, a delta-spark driver, the real
 # kafka-consumer-groups, and the overview notebook run top to bottom (`make test` stays within
-# 10 minutes without them). One process: on two workers both cores stayed busy (17 -> 11.7 min)
-# and MirrorMaker 2's timing under that load failed test_mm2_group_sync (an old MM2 task's log
-# line came after the consumer joined).
+# 10 minutes without them). On two workers, but for the tests marked `alone`, after them on one
+# process: MirrorMaker 2's group sync beside a second worker's load failed test_mm2_group_sync
+# (an old MM2 task's log line came after the consumer joined). Spark's Ivy cache is not safe
+# for two processes filling it at once, so the `--packages` the tests ask for (the Kafka
+# connector, Delta) are resolved into it first (`spark-packages`; nothing to do once there).
 # Burrow (the oracle for lag-status, tests/integration/test_burrow.py) is Debian's package,
 # installed here when missing (as root), and watches a Kafka 3.9 cluster (Burrow 1.2.1 cannot
 # talk to Kafka 4), whose jars are fetched once like 4.3.1's.
@@ -66,8 +67,13 @@ test-slow: install
 	@command -v Burrow >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q burrow; }
 	@test -x $(AIRFLOW_VENV)/bin/airflow || { $(PYTHON) -m venv $(AIRFLOW_VENV) && \
 	  $(AIRFLOW_VENV)/bin/pip install -q apache-airflow==$(AIRFLOW_VERSION); }
-	$(PY) -m ferry.testing.artifacts kafka-3.9
-	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and not cluster and not faults'
+	$(PY) -m ferry.testing.artifacts kafka-3.9 spark-packages
+	status=0; \
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+	  -m 'slow and not alone and not cluster and not faults' || status=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -m 'slow and alone and not cluster and not faults' \
+	  || status=$$?; \
+	exit $$status
 
 # A Spark standalone master and worker started from the installed PySpark, running a job
 # with the packaged environment (tests/integration/test_cluster.py), and a single-node YARN +
@@ -76,23 +82,24 @@ test-slow: install
 # an older node: a Debian bullseye root filesystem (glibc 2.31) made with debootstrap, installed
 # here when missing (as root), with a CPython built inside it once, both kept in ~/.cache/ferry
 # (tests/integration/test_old_glibc.py; the first time: 2.5 min on an idle 2-core machine on
-# 2026-11-30, 10-15 min measured on an earlier one).
+# 2026-11-30, 10-15 min measured on an earlier one). On two workers: the YARN module on one,
+# the rest (the old node, the standalone cluster, a second MiniCluster) beside it.
 test-cluster: package
 	@command -v debootstrap >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q debootstrap; }
 	$(PY) -m ferry.testing.artifacts hadoop
-	$(PY) -m pytest -q -p no:cacheprovider -m cluster
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m cluster
 
 # The YARN tests alone (a subset of test-cluster).
 test-yarn: package
 	$(PY) -m ferry.testing.artifacts hadoop
 	$(PY) -m pytest -q -p no:cacheprovider -m yarn
 
-# Broker faults through a TCP proxy, and several spark-submit runs started at once (one
-# process: on two workers, 14.6 -> 8.5 min, three runs started together beside the other
-# worker's load found a group coordinator silent for 10 s, and that test failed on a fresh
-# clone).
+# Broker faults through a TCP proxy, and several spark-submit runs started at once, on two
+# workers. (Once back on one process: three runs started together beside the other worker's
+# load met a group coordinator silent for 10 s and failed; since then a call's silence ends it
+# only when the cluster itself no longer answers, `ferry.kafka.retry`.)
 test-faults: install
-	$(PY) -m pytest -q -p no:cacheprovider -m faults
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m faults
 
 # The cheap benches first, then the large worlds (reconcile's `wide`: 24 -> 48 partitions of
 # 100,000 records). read_throughput fetches Spark's Kafka connector (spark.jars.packages).

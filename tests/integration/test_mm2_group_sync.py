@@ -61,7 +61,7 @@ from ferry.testing.replicate import committed_offsets, consume_from_committed, r
 
 from .jobrunner import run_job, write_migrate_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 BASE = 1_760_000_000_000
 N = 60  # records per partition

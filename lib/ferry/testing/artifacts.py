@@ -11,11 +11,14 @@ Settings (environment):
   repository (a company's Nexus or Artifactory proxy on a machine without direct internet).
 
 Run as `python -m ferry.testing.artifacts [name ...]` to fetch ahead of time (`make install`).
+The name `spark-packages` resolves the `--packages` the tests' Spark applications ask for into
+Spark's own Ivy cache (`spark_packages`).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -177,14 +180,64 @@ def classpath(artifacts: ArtifactSet) -> str:
     return os.pathsep.join(str(p) for p in sorted((fetch(artifacts) / "lib").glob("*.jar")))
 
 
+def _resolutions() -> list[tuple[str, str]]:
+    """(packages, excluded packages) as the tests' applications ask Spark for them: Spark's
+    Kafka connector alone (`ferry.testing.streaming`), and Delta as `spark-submit.sh --delta`
+    asks (its coordinates and exclusions, read from its `--print-command`)."""
+    from ferry.testing.streaming import connector_package
+
+    root = Path(__file__).resolve().parents[3]
+    printed = subprocess.run(
+        [str(root / "spark-submit.sh"), "--delta", "--print-command", "groups", "list"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    argv = shlex.split(printed)
+    delta = (argv[argv.index("--packages") + 1], "")
+    if "--exclude-packages" in argv:
+        delta = (delta[0], argv[argv.index("--exclude-packages") + 1])
+    return [(connector_package(), ""), delta]
+
+
+def spark_packages() -> Path:
+    """Resolve the tests' `--packages` into Spark's Ivy cache (~/.ivy2.5.2), one resolution at
+    a time, each by a spark-submit of an empty application; skipped where the cache's jars
+    folder holds every package asked for. Ivy's cache is not safe for two processes filling it
+    at once (two test workers resolving the same jars on a fresh machine), so the suites that
+    run on two workers call this first."""
+    import pyspark
+
+    jars = Path.home() / ".ivy2.5.2" / "jars"
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    for packages, excluded in _resolutions():
+        wanted = [c.split(":") for c in packages.split(",")]
+        if all((jars / f"{g}_{a}-{v}.jar").is_file() for g, a, v in wanted):
+            continue
+        with tempfile.TemporaryDirectory(prefix="ferry-resolve-") as tmp:
+            app = Path(tmp) / "empty.py"
+            app.write_text("")
+            extra = ["--exclude-packages", excluded] if excluded else []
+            command = [str(spark_submit), "--master", "local[1]", "--conf",
+                       "spark.ui.enabled=false", "--packages", packages, *extra, str(app)]  # fmt: skip
+            env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent)}
+            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+        if done.returncode != 0:
+            tail = " ".join((done.stdout + done.stderr).split()[-40:])
+            raise ArtifactError(f"could not resolve {packages}: {tail}")
+    return jars
+
+
 def main(argv: list[str]) -> int:
     names = argv or list(SETS)
-    unknown = [n for n in names if n not in SETS]
+    unknown = [n for n in names if n not in SETS and n != "spark-packages"]
     if unknown:
-        print(f"error: unknown artifact set {unknown[0]!r} (known: {', '.join(SETS)})")
+        print(f"error: unknown artifact set {unknown[0]!r} (known: {', '.join(SETS)}, "
+              "spark-packages)")  # fmt: skip
         return 2
     try:
         for name in names:
+            if name == "spark-packages":
+                print(f"spark-packages: {spark_packages()}")
+                continue
             print(f"{SETS[name].name}: {fetch(SETS[name], quiet=True)}")
     except ArtifactError as exc:
         print(f"error: {exc}", file=sys.stderr)
