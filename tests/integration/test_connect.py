@@ -221,7 +221,7 @@ def test_usage_and_config_errors_as_classic(worlds, server):
     assert unknown.returncode == 2
     assert unknown.stderr.startswith("error: unknown job 'no-such-job'")
     # a server nobody answers at: one line at once, not the client's minutes of retries
-    from ferry.testing.connect_server import free_port
+    from ferry.testing.brokers import free_port
 
     started = time.monotonic()
     port = free_port()

@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from ferry.testing.brokers import free_port
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTED = "Spark Connect server started"
@@ -21,12 +22,6 @@ STARTED = "Spark Connect server started"
 
 class ServerError(RuntimeError):
     """The server did not start: the message ends with its log's tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
