@@ -43,8 +43,8 @@ def test_the_testing_package_starts_only_kafka_jvms():
     """Every process `ferry.testing` starts is a `java` command built by `brokers._java`
     (Kafka's main classes on Kafka's classpath), one of the real peers (MirrorMaker 2, the
     kafka-consumer-groups tool, Burrow and the ZooKeeper it needs, Hadoop's MiniCluster, a
-    Structured Streaming query, a Spark Connect server), or openssl and the Ivy fetch; a test
-    fails if a module starts anything else."""
+    Structured Streaming query, a Spark Connect server), or openssl, the Ivy fetch and Spark's
+    resolution of the tests' `--packages`; a test fails if a module starts anything else."""
     launches = []
     for path in sorted(TESTING.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -57,7 +57,11 @@ def test_the_testing_package_starts_only_kafka_jvms():
                         launches.append((path.name, ast.unparse(first) if first else ""))
     allowed = {
         ("brokers.py", "_java("),  # kafka.Kafka and kafka.tools.StorageTool
-        ("artifacts.py", "command"),  # java -jar ivy.jar: fetches the jars, starts no broker
+        # java -jar ivy.jar: fetches the jars, starts no broker; and spark-submit of an empty
+        # application with the tests' --packages (spark-packages), as spark-submit.sh's
+        # --print-command gives Delta's coordinates (it prints, starts nothing)
+        ("artifacts.py", "command"),
+        ("artifacts.py", "[str(root / 'spark-submit.sh'), '--delta', '--print-command'"),
         ("security.py", "['openssl'"),  # test certificates
         ("mm2.py", "command"),  # java ... org.apache.kafka.connect.mirror.MirrorMaker
         ("consumer_groups.py", "command("),  # java ... ConsumerGroupCommand (kafka-tools)
