@@ -217,7 +217,8 @@ def spark_packages() -> Path:
             app.write_text("")
             extra = ["--exclude-packages", excluded] if excluded else []
             command = [str(spark_submit), "--master", "local[1]", "--conf",
-                       "spark.ui.enabled=false", "--packages", packages, *extra, str(app)]  # fmt: skip
+                       "spark.ui.enabled=false", "--packages", packages, *extra,
+                       str(app)]  # fmt: skip
             env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent)}
             done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
         if done.returncode != 0:
