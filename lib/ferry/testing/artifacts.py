@@ -88,6 +88,7 @@ HADOOP = ArtifactSet(
 )
 
 SETS = {"kafka": KAFKA, "mm2": MM2, "kafka-3.9": KAFKA_39, "hadoop": HADOOP}
+SPARK_PACKAGES = "spark-packages"  # not a set of ours: Spark's own Ivy cache (spark_packages)
 
 
 class ArtifactError(RuntimeError):
@@ -229,17 +230,17 @@ def spark_packages() -> Path:
 
 def main(argv: list[str]) -> int:
     names = argv or list(SETS)
-    unknown = [n for n in names if n not in SETS and n != "spark-packages"]
+    known = [*SETS, SPARK_PACKAGES]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"error: unknown artifact set {unknown[0]!r} (known: {', '.join(SETS)}, "
-              "spark-packages)")  # fmt: skip
+        print(f"error: unknown artifact set {unknown[0]!r} (known: {', '.join(known)})")
         return 2
     try:
         for name in names:
-            if name == "spark-packages":
-                print(f"spark-packages: {spark_packages()}")
-                continue
-            print(f"{SETS[name].name}: {fetch(SETS[name], quiet=True)}")
+            if name == SPARK_PACKAGES:
+                print(f"{name}: {spark_packages()}")
+            else:
+                print(f"{SETS[name].name}: {fetch(SETS[name], quiet=True)}")
     except ArtifactError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
