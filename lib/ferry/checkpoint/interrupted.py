@@ -27,6 +27,7 @@ import sys
 from collections.abc import Iterable
 
 from ferry.checkpoint.runs import FERRY_DIR, offsets_name, run_ids
+from ferry.checkpoint.store import StoreError
 
 OFFSETS = "offsets"
 _TEMPORARY = re.compile(r"\.([0-9]+)\.ferry-tmp")
@@ -61,8 +62,11 @@ def complete(store, batches: Iterable[int]) -> list[int]:  # noqa: ANN001
     done = []
     for batch in batches:
         temporary = f"{OFFSETS}/.{batch}.ferry-tmp"
-        data = store.read(temporary)
-        if data not in copies_kept(store, batch):
+        try:
+            data = store.read(temporary)
+        except StoreError:  # a write cut short on HDFS can stay unreadable until recovered
+            data = None
+        if data is None or data not in copies_kept(store, batch):
             print(
                 f"warning: {store.name(offsets_name(batch))} is missing and "
                 f"{store.name(temporary)} beside it is no copy Ferry kept: left as they are",
