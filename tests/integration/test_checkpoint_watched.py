@@ -29,6 +29,7 @@ import struct
 import subprocess
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -133,7 +134,17 @@ def offsets_files(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in (path / "offsets").iterdir() if p.name.isdigit()}
 
 
+def hadoop_crc(data: bytes, per: int = 512) -> bytes:
+    """Hadoop's local checksum file of `data` (CRC32 per 512 bytes, as `.N.crc` holds it)."""
+    sums = b"".join(
+        zlib.crc32(data[i : i + per]).to_bytes(4, "big") for i in range(0, len(data), per)
+    )
+    return b"crc\x00" + per.to_bytes(4, "big") + sums
+
+
 def violations(path: Path, original: dict, translated: dict) -> list[str]:
+    """Each offsets file missing, neither the original nor the translation, or beside a
+    checksum of other bytes (Spark's read of it fails)."""
     now = offsets_files(path)
     found = [f"offsets/{b} missing" for b in sorted(set(original) - set(now))]
     found += [
@@ -141,6 +152,10 @@ def violations(path: Path, original: dict, translated: dict) -> list[str]:
         for b, data in sorted(now.items())
         if data not in (original[b], translated[b])
     ]
+    for b, data in sorted(now.items()):
+        checksum = path / "offsets" / f".{b}.crc"
+        if checksum.exists() and checksum.read_bytes() != hadoop_crc(data):
+            found.append(f"offsets/{b}'s checksum is of other bytes")
     return found
 
 
@@ -199,7 +214,8 @@ def union(clusters, spark, tmp_path_factory):
             produce(dst.config, topic, p, records(topic, p, 0, 40))
     config = write_migrate_config(tmp, src, dst, u)
     original = union_checkpoint(spark, tmp / "original", topics)
-    assert (original / "offsets" / ".4.crc").exists()
+    data = (original / "offsets" / "4").read_bytes()
+    assert (original / "offsets" / ".4.crc").read_bytes() == hadoop_crc(data)
     clean = tmp / "clean"
     shutil.copytree(original, clean)
     watcher = Watcher(clean / "offsets")

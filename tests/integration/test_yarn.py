@@ -504,6 +504,7 @@ def test_a_checkpoint_on_hdfs_killed_the_moment_a_file_changes_is_never_missing_
             if len(changed) >= k:
                 os.killpg(job.pid, signal.SIGKILL)
                 break
+            time.sleep(0.02)  # a NameNode answer takes ~2 ms: leave the job the CPU
         _, stderr = job.communicate(timeout=300)
         assert job.returncode == -signal.SIGKILL, stderr.decode()[-2000:]
         files = {n: hdfs.read(f"offsets/{n}") for n in original if hdfs.exists(f"offsets/{n}")}

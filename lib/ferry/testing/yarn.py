@@ -196,7 +196,8 @@ def start(work: Path, timeout_s: float = 300) -> Yarn:
         str(Path(_java_home()) / "bin" / "java"), HEAP, "-XX:TieredStopAtLevel=1",
         "-Djava.net.preferIPv4Stack=true", "-cp", cp, MANAGER,
         "-format", "-datanodes", "1", "-nodemanagers", "1",
-        "-nnport", str(ports["nn"]), "-rmport", str(ports["rm"]), "-jhsport", str(ports["jhs"]),
+        "-nnport", str(ports["nn"]), "-nnhttpport", str(ports["nn_web"]),
+        "-rmport", str(ports["rm"]), "-jhsport", str(ports["jhs"]),
         "-writeConfig", str(written),
     ]  # fmt: skip
     for key, value in settings.items():
