@@ -440,3 +440,77 @@ def test_a_checkpoint_on_hdfs_killed_inside_its_rewrite_is_finished_by_the_rerun
     assert again.code == 0, again.stderr
     assert "killed before its outcome" in again.stderr
     assert on_hdfs() == translated
+
+
+def test_a_checkpoint_on_hdfs_killed_the_moment_a_file_changes_is_never_missing_a_file(
+    yarn, clusters, spark, unique, tmp_path
+):
+    """`migrate --checkpoint hdfs://...` SIGKILLed from outside the moment the NameNode shows an
+    offsets file replaced (WebHDFS LISTSTATUS polled), once per file: a replace on HDFS is one
+    rename with overwrite, so no listing shows a file missing; the same command again, with the
+    default --idle on a checkpoint stopped an hour ago, ends exact (exit 0)."""
+    import shutil
+    import sys
+
+    from ferry.checkpoint.store import HadoopStore
+
+    from .jobrunner import run_job, write_migrate_config
+    from .test_checkpoint import offsets_files, records, spark_checkpoint
+
+    src, dst = clusters
+    topic = f"{unique}-events"
+    create_topics(src.config, {topic: 2})
+    create_topics(dst.config, {topic: 2})
+    produce(dst.config, topic, 0, [Record(b"x", b"old", BASE)] * 7)
+    for p in range(2):
+        produce(src.config, topic, p, records(topic, p, 0, 30))
+        produce(dst.config, topic, p, records(topic, p, 0, 30))
+    config = write_migrate_config(tmp_path, src, dst, unique)
+    local = spark_checkpoint(tmp_path / "local", topic)
+    original = offsets_files(local)
+    shutil.copytree(local, tmp_path / "clean")
+    clean = run_job(
+        "migrate", "--config", config, "--checkpoint", tmp_path / "clean", "--idle", "0s",
+        "--execute",
+    )  # fmt: skip
+    assert clean.code == 0, clean.stderr
+    translated = offsets_files(tmp_path / "clean")
+    an_hour_ago = int((time.time() - 3600) * 1000)
+    seen: dict[int, tuple[list[str], dict]] = {}
+    for k in (1, 2):  # killed once offsets/4 is replaced, once offsets/5 is
+        folder = f"/checkpoints/{unique}-{k}"
+        hdfs = HadoopStore(spark, f"{yarn.fs}{folder}")
+        for file in local.rglob("*"):
+            if file.is_file() and not file.name.endswith(".crc"):
+                name = str(file.relative_to(local))
+                hdfs.write(name, file.read_bytes())
+                hdfs._fs.setTimes(hdfs._path(name), an_hour_ago, -1)
+        before = yarn.list_status(f"{folder}/offsets")
+        argv = ("--config", config, "--checkpoint", hdfs.root, "--execute")
+        job = subprocess.Popen(
+            [sys.executable, str(ROOT / "jobs" / "migrate.py"), *argv],
+            cwd=ROOT, env={**os.environ, "FERRY_MASTER": "local[1]"},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        missing: list[str] = []
+        while job.poll() is None:
+            now = yarn.list_status(f"{folder}/offsets")
+            missing += [name for name in original if name not in now]
+            changed = [
+                name
+                for name in original
+                if name in now and now[name]["fileId"] != before[name]["fileId"]
+            ]
+            if len(changed) >= k:
+                os.killpg(job.pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)  # a NameNode answer takes ~2 ms: leave the job the CPU
+        _, stderr = job.communicate(timeout=300)
+        assert job.returncode == -signal.SIGKILL, stderr.decode()[-2000:]
+        files = {n: hdfs.read(f"offsets/{n}") for n in original if hdfs.exists(f"offsets/{n}")}
+        assert set(files) == set(original), files
+        assert all(files[n] in (original[n], translated[n]) for n in files), files
+        again = run_job("migrate", "--config", config, "--checkpoint", hdfs.root, "--execute")
+        assert again.code == 0, again.stderr
+        seen[k] = (missing, {n: hdfs.read(f"offsets/{n}") == translated[n] for n in original})
+    assert seen == {k: ([], {"4": True, "5": True}) for k in (1, 2)}, seen

@@ -6,16 +6,20 @@ The files are reached through `pyarrow.fs` (docs/connect.md says why): local pat
 `file:` URIs (Databricks volumes are local paths, /Volumes/...), `s3://`, `gs://`,
 `abfs://`/`abfss://`, and `hdfs://` where libhdfs and a Hadoop client are installed.
 
-A write replaces a file whole, never leaving it half written under its own name:
-- where a rename replaces its target atomically (a local filesystem: POSIX rename), the bytes
-  go to `.NAME.ferry-tmp` beside it, which is then renamed over it;
-- on an object store (S3, GCS, Azure) a rename is a copy and a delete, but a single put of a
-  whole object is atomic (a multipart or resumable upload is made visible at its end, whole):
-  the bytes are put to the target itself;
-- HDFS replaces a file atomically only through Hadoop's rename with overwrite, which libhdfs
-  (pyarrow's HDFS client) does not offer: pyarrow deletes the target and then renames, and a
-  run killed between the two would leave no file. Writes there are refused (a classic
-  session's `HadoopStore` writes them); reads work.
+A write replaces a file whole, by the one operation each store makes atomic
+(`ferry.checkpoint.store.Replace`, docs/jobs/checkpoint.md "Kills, store by store"):
+- a local filesystem: the bytes go to `.NAME.ferry-tmp` beside it, renamed over it by the
+  operating system (`replace_local_file`, the same function `HadoopStore` uses);
+- S3 and GCS: a rename is a copy and a delete, but an object appears only once its upload is
+  complete (a multipart or resumable upload is made visible at its end, whole): the bytes are
+  put to the target itself;
+- Azure (`abfs`) and HDFS: no atomic replace through pyarrow. Its Azure output stream creates
+  an empty blob at the target the moment it opens (not one whole put), its move refuses an
+  existing target on HDFS (libhdfs has no rename with overwrite). There the temporary is
+  written whole, the target deleted, the temporary moved to it; killed between the two, the
+  target is missing beside its whole temporary, which the next run recognises and completes
+  (`ferry.checkpoint.interrupted`). On Azure a move needs a hierarchical namespace (ADLS
+  Gen2), which `abfs` is for.
 
 On a local filesystem Hadoop keeps a checksum `.NAME.crc` beside each file it wrote (Spark's
 checkpoint files have them): a checksum left beside a replaced file would fail Spark's next
@@ -27,13 +31,22 @@ from __future__ import annotations
 
 import os
 
-from ferry.checkpoint.store import FileInfo, StoreError, temporary_name
+from ferry.checkpoint.store import (
+    FileInfo,
+    Replace,
+    StoreError,
+    rename_local_temporary,
+    replace_local_file,
+    temporary_name,
+)
 from ferry.write.kill_points import kill_point
 
-# pyarrow filesystems whose put of a whole object is atomic and whose rename is not
-OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
-# and those that cannot replace a file atomically at all through pyarrow
-NO_ATOMIC_REPLACE = frozenset({"hdfs"})
+# pyarrow filesystems by how a file is replaced there; any other: DELETE_THEN_RENAME
+KIND_REPLACE = {
+    "local": Replace.LOCAL_RENAME,
+    "s3": Replace.WHOLE_PUT,
+    "gcs": Replace.WHOLE_PUT,
+}
 
 
 class ArrowStore:
@@ -56,7 +69,8 @@ class ArrowStore:
             raise StoreError(f"cannot open {root}: {_reason(exc)}") from exc
         self._base = base.rstrip("/") or "/"
         self._kind = self._fs.type_name
-        self.is_rename_atomic = self._kind not in OBJECT_STORES | NO_ATOMIC_REPLACE
+        self.replace = KIND_REPLACE.get(self._kind, Replace.DELETE_THEN_RENAME)
+        self.is_rename_atomic = self.replace == Replace.LOCAL_RENAME
 
     def name(self, relative: str) -> str:
         return f"{self.root}/{relative}"
@@ -100,30 +114,39 @@ class ArrowStore:
             raise StoreError(f"cannot read {self.name(relative)}: {_reason(exc)}") from exc
 
     def write(self, relative: str, data: bytes) -> None:
-        """`data` as the file's whole content: a temporary file renamed over it, or on an
-        object store one put of the whole object (see the module docstring)."""
-        if self._kind in NO_ATOMIC_REPLACE:
-            raise StoreError(
-                f"cannot write {self.name(relative)}: {self._kind} has no atomic replace "
-                "through pyarrow (libhdfs has no rename with overwrite); write it from a "
-                "classic session (spark-submit.sh)"
-            )
+        """`data` as the file's whole content, replaced by the store's one way (docstring)."""
         target = self._path(relative)
         parent, _, base = target.rpartition("/")
         try:
-            if not self.is_rename_atomic:
+            if self.replace == Replace.LOCAL_RENAME:
+                replace_local_file(target, data)
+                return
+            if self.replace == Replace.WHOLE_PUT:
                 self._put(target, data)
                 return
             self._fs.create_dir(parent or "/", recursive=True)
             temporary = f"{parent}/{temporary_name(base)}"
             self._put(temporary, data)
-            # a checksum of the old bytes would fail Spark's next read of the new ones
-            self._delete_if_present(f"{parent}/.{base}.crc")
             kill_point("store.before-rename")
-            self._fs.move(temporary, target)  # rename(2): the target is replaced atomically
+            self._delete_if_present(target)
+            kill_point("store.deleted")
+            self._fs.move(temporary, target)
             kill_point("store.after-rename")
         except StoreError:
             raise
+        except Exception as exc:  # noqa: BLE001
+            raise StoreError(f"cannot write {self.name(relative)}: {_reason(exc)}") from exc
+
+    def rename_temporary(self, relative: str) -> None:
+        """A file's temporary renamed to it, the file not there (`ferry.checkpoint.interrupted`:
+        a replace killed between its delete and its rename, completed)."""
+        target = self._path(relative)
+        parent, _, base = target.rpartition("/")
+        try:
+            if self.replace == Replace.LOCAL_RENAME:
+                rename_local_temporary(target)
+            else:
+                self._fs.move(f"{parent}/{temporary_name(base)}", target)
         except Exception as exc:  # noqa: BLE001
             raise StoreError(f"cannot write {self.name(relative)}: {_reason(exc)}") from exc
 

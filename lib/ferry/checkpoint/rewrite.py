@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ferry.checkpoint import offsets_log
+from ferry.checkpoint import interrupted, offsets_log
 from ferry.checkpoint.runs import READY, RunFiles, offsets_name
 from ferry.errors import FerryError
 from ferry.write.kill_points import kill_point
@@ -41,7 +41,11 @@ class LogsSeen:
 
     @classmethod
     def list(cls, store) -> LogsSeen:  # noqa: ANN001 - a checkpoint store
+        """Both logs listed, once an offsets file a killed replace left missing beside its
+        temporary is completed (`ferry.checkpoint.interrupted`): never a batch "appearing"."""
         listed = {d: {f.name: f for f in store.list(d)} for d in ("offsets", "commits")}
+        if interrupted.complete_listed(store, listed["offsets"]):
+            listed["offsets"] = {f.name: f for f in store.list("offsets")}
         ids = {d: tuple(offsets_log.batch_ids(files)) for d, files in listed.items()}
         newest = {d: listed[d][str(ids[d][-1])].modified_ms if ids[d] else 0 for d in listed}
         return cls(ids["offsets"], ids["commits"], newest["offsets"], newest["commits"])
@@ -73,10 +77,13 @@ def _seconds_since(modified_ms: int) -> float:
 
 
 def read_if_there(store, batch: int) -> bytes | None:  # noqa: ANN001 - a checkpoint store
-    """offsets/BATCH's bytes, or None when it is not there (an older Ferry's replace, killed
-    between its delete and its rename, left it so)."""
+    """offsets/BATCH's bytes, or None when it is not there. Missing beside the whole temporary
+    of a replace killed between its delete and its rename, it is completed first
+    (`ferry.checkpoint.interrupted`)."""
     name = offsets_name(batch)
-    return store.read(name) if store.exists(name) else None
+    if store.exists(name) or interrupted.complete_one(store, batch):
+        return store.read(name)
+    return None
 
 
 def check_unchanged(store, seen: LogsSeen, data: Mapping[int, bytes | None], when: str) -> None:  # noqa: ANN001

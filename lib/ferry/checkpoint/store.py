@@ -4,24 +4,54 @@ streaming query itself (`ferry.checkpoint.stores.open_store`: this store on a cl
 a JVM-free twin with the same methods, `ferry.checkpoint.arrow_store`, on a Spark Connect
 session).
 
-A write replaces a file whole or not at all, as Spark's own `CheckpointFileManager` does: the
-bytes go to a temporary file beside the target (`.NAME.ferry-tmp`, a name Spark's logs never
-read), which is then renamed over the target with overwrite (`FileContext.rename(...,
-OVERWRITE)`: one atomic rename on the local filesystem and HDFS, whose `.crc` checksum files
-follow). A SIGKILL at any instant leaves the target as it was or as written, never missing.
-Object stores (`s3a://`, `gs://`, ...) cannot rename atomically, but they show a new object
-only once it is whole: there the bytes are written to the target itself, in one put.
+A write replaces a file whole, by the one operation each store makes atomic (`Replace`,
+docs/jobs/checkpoint.md "Kills, store by store"):
+- a local path (`file:`): the bytes go to a temporary file beside the target
+  (`.NAME.ferry-tmp`, a name Spark's logs never read), renamed over it by the operating system
+  (`replace_local_file`, shared with `ArrowStore`). Not Hadoop's `FileContext.rename(...,
+  OVERWRITE)`: on the local filesystem that deletes the target and then renames (and renames
+  the `.crc` checksum in a second step), so a kill between left the file missing;
+- HDFS (and `viewfs`, `webhdfs`): the temporary renamed over the target with
+  `FileContext.rename(..., OVERWRITE)`, one atomic operation of the NameNode;
+- `s3a`, `gs` (and the object stores like them): the bytes written to the target itself in one
+  put, which the store shows only once closed, whole;
+- `abfs`/`abfss`, `wasb`/`wasbs`: no atomic replace at all (their create makes an empty target
+  at once; their rename refuses an existing target): the temporary is written whole, the target
+  deleted, the temporary renamed to it. Killed between the two, the target is missing beside
+  its whole temporary: the next run recognises that and completes it
+  (`ferry.checkpoint.interrupted`). A scheme Ferry does not know goes through
+  `FileContext.rename(..., OVERWRITE)`, atomic where its filesystem makes it so and otherwise
+  Hadoop's delete-then-rename, which leaves the same recognised state.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from enum import Enum
 
 from ferry.errors import FerryError
 from ferry.write.kill_points import kill_point
 
-# Schemes whose rename is a copy and a delete, but whose single put is atomic.
-OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "oss", "cosn", "obs"})
+
+class Replace(str, Enum):
+    """How a store replaces a file (module docstring)."""
+
+    LOCAL_RENAME = "rename(2) over the target"
+    RENAME_OVERWRITE = "rename with overwrite"
+    WHOLE_PUT = "one put of the whole object"
+    DELETE_THEN_RENAME = "delete, then rename (not atomic)"
+
+
+# Hadoop schemes by how a file is replaced there; any other: RENAME_OVERWRITE (docstring).
+SCHEME_REPLACE = {
+    "file": Replace.LOCAL_RENAME,
+    **dict.fromkeys(("hdfs", "viewfs", "webhdfs", "swebhdfs"), Replace.RENAME_OVERWRITE),
+    **dict.fromkeys(("s3", "s3a", "s3n", "gs", "oss", "cosn", "obs"), Replace.WHOLE_PUT),
+    **dict.fromkeys(("abfs", "abfss", "wasb", "wasbs"), Replace.DELETE_THEN_RENAME),
+}
+# Kept for callers that only ask whether a rename is atomic.
+OBJECT_STORE_SCHEMES = frozenset(s for s, r in SCHEME_REPLACE.items() if r == Replace.WHOLE_PUT)
 
 
 class StoreError(FerryError):
@@ -37,6 +67,49 @@ class FileInfo:
 def temporary_name(name: str) -> str:
     """The temporary file a write of `name` goes through (hidden: Spark's logs skip it)."""
     return f".{name}.ferry-tmp"
+
+
+def checksum_name(name: str) -> str:
+    """Hadoop's checksum of a local file `name` (its `ChecksumFileSystem`)."""
+    return f".{name}.crc"
+
+
+def replace_local_file(path: str, data: bytes) -> None:
+    """`data` as the local file `path`'s whole content: written to its temporary, then renamed
+    over it (rename(2) replaces the target atomically: at every instant the old bytes or the
+    new). Hadoop's checksum beside the target would fail Spark's next read of the new bytes, so
+    it goes first (a file without one is read unchecked); so does one beside the temporary (an
+    older Ferry wrote temporaries through Hadoop), which a read of it would check."""
+    folder, _, name = path.rpartition("/")
+    folder = folder or "/"
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, temporary_name(name))
+    _remove_if_there(os.path.join(folder, checksum_name(temporary_name(name))))
+    with open(temporary, "wb") as stream:
+        stream.write(data)
+        stream.flush()
+        os.fsync(stream.fileno())
+    _remove_if_there(os.path.join(folder, checksum_name(name)))
+    kill_point("store.before-rename")
+    os.replace(temporary, path)
+    kill_point("store.after-rename")
+
+
+def rename_local_temporary(path: str) -> None:
+    """The temporary of `path` renamed to it (`ferry.checkpoint.interrupted`), with neither
+    file's Hadoop checksum left behind (the target's is of other bytes)."""
+    folder, _, name = path.rpartition("/")
+    folder = folder or "/"
+    _remove_if_there(os.path.join(folder, checksum_name(name)))
+    os.replace(os.path.join(folder, temporary_name(name)), path)
+    _remove_if_there(os.path.join(folder, checksum_name(temporary_name(name))))
+
+
+def _remove_if_there(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 class HadoopStore:
@@ -55,13 +128,18 @@ class HadoopStore:
             qualified = self._fs.makeQualified(path)
             self.root = str(qualified)
             scheme = (qualified.toUri().getScheme() or "file").lower()
+            self._local_root = str(qualified.toUri().getPath()) if scheme == "file" else None
         except Exception as exc:  # noqa: BLE001 - any filesystem failure is the same to the user
             raise StoreError(f"cannot open {root}: {_reason(exc)}") from exc
-        self.is_rename_atomic = scheme not in OBJECT_STORE_SCHEMES
+        self.replace = SCHEME_REPLACE.get(scheme, Replace.RENAME_OVERWRITE)
+        self.is_rename_atomic = self.replace in (Replace.LOCAL_RENAME, Replace.RENAME_OVERWRITE)
         self._context = None  # the FileContext, made on the first rename
 
     def _path(self, relative: str):  # noqa: ANN202 - a Hadoop Path
         return self._jvm.org.apache.hadoop.fs.Path(f"{self.root}/{relative}")
+
+    def _local(self, relative: str) -> str:
+        return f"{self._local_root.rstrip('/')}/{relative}"
 
     def name(self, relative: str) -> str:
         return f"{self.root}/{relative}"
@@ -110,18 +188,41 @@ class HadoopStore:
             raise StoreError(f"cannot read {self.name(relative)}: {_reason(exc)}") from exc
 
     def write(self, relative: str, data: bytes) -> None:
-        """`data` as the file's whole content, replacing it in one step (module docstring)."""
+        """`data` as the file's whole content, replaced by the store's one way (docstring)."""
         folder, _, name = relative.rpartition("/")
         target = self._path(relative)
         try:
-            if not self.is_rename_atomic:
+            if self.replace == Replace.LOCAL_RENAME:
+                replace_local_file(self._local(relative), data)
+                return
+            if self.replace == Replace.WHOLE_PUT:
                 self._create(target, data)
                 return
             temporary = self._path(f"{folder}/{temporary_name(name)}".lstrip("/"))
             self._create(temporary, data)
             kill_point("store.before-rename")
-            self._rename_over(temporary, target)
+            if self.replace == Replace.RENAME_OVERWRITE:
+                self._rename_over(temporary, target)
+            else:
+                self._fs.delete(target, False)
+                kill_point("store.deleted")
+                self._rename(temporary, target)
             kill_point("store.after-rename")
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise StoreError(f"cannot write {self.name(relative)}: {_reason(exc)}") from exc
+
+    def rename_temporary(self, relative: str) -> None:
+        """A file's temporary renamed to it, the file not there (`ferry.checkpoint.interrupted`:
+        a replace killed between its delete and its rename, completed)."""
+        folder, _, name = relative.rpartition("/")
+        try:
+            if self.replace == Replace.LOCAL_RENAME:
+                rename_local_temporary(self._local(relative))
+                return
+            temporary = self._path(f"{folder}/{temporary_name(name)}".lstrip("/"))
+            self._rename(temporary, self._path(relative))
         except StoreError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -134,8 +235,13 @@ class HadoopStore:
         finally:
             stream.close()
 
+    def _rename(self, source, target) -> None:  # noqa: ANN001 - Hadoop Paths
+        if not self._fs.rename(source, target):
+            raise StoreError(f"cannot write {target}: the store refused to rename {source} to it")
+
     def _rename_over(self, source, target) -> None:  # noqa: ANN001 - Hadoop Paths
-        """Rename with overwrite, atomically (Spark's `FileContextBasedCheckpointFileManager`)."""
+        """Rename with overwrite (Spark's `FileContextBasedCheckpointFileManager`): atomic on
+        HDFS, Hadoop's delete-then-rename where a filesystem does not say otherwise."""
         jvm = self._jvm
         if self._context is None:
             self._context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(

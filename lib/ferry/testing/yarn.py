@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,11 +51,26 @@ class Yarn:
     web: str
     work: Path
     process: subprocess.Popen
+    hdfs_web: str = ""  # the NameNode's HTTP address (WebHDFS)
 
     def apps(self) -> list[dict]:
         """The ResourceManager's applications (its REST API)."""
         with urllib.request.urlopen(f"{self.web}/ws/v1/cluster/apps", timeout=10) as answer:
             return (json.load(answer).get("apps") or {}).get("app") or []
+
+    def list_status(self, path: str) -> dict[str, dict]:
+        """The NameNode's listing of an HDFS directory, by name (WebHDFS LISTSTATUS: each
+        entry's fileId, length, modificationTime); empty when it does not exist. Asked of the
+        NameNode itself, from outside any job: what a watcher of the files sees."""
+        url = f"{self.hdfs_web}/webhdfs/v1{path}?op=LISTSTATUS"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                statuses = json.load(answer)["FileStatuses"]["FileStatus"]
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return {}
+            raise
+        return {s["pathSuffix"]: s for s in statuses}
 
     def container_pids(self) -> list[int]:
         """Processes the NodeManager launched (their working directory is under `work`)."""
@@ -180,7 +196,8 @@ def start(work: Path, timeout_s: float = 300) -> Yarn:
         str(Path(_java_home()) / "bin" / "java"), HEAP, "-XX:TieredStopAtLevel=1",
         "-Djava.net.preferIPv4Stack=true", "-cp", cp, MANAGER,
         "-format", "-datanodes", "1", "-nodemanagers", "1",
-        "-nnport", str(ports["nn"]), "-rmport", str(ports["rm"]), "-jhsport", str(ports["jhs"]),
+        "-nnport", str(ports["nn"]), "-nnhttpport", str(ports["nn_web"]),
+        "-rmport", str(ports["rm"]), "-jhsport", str(ports["jhs"]),
         "-writeConfig", str(written),
     ]  # fmt: skip
     for key, value in settings.items():
@@ -196,6 +213,7 @@ def start(work: Path, timeout_s: float = 300) -> Yarn:
         )  # fmt: skip
     fs = f"hdfs://{LOOPBACK}:{ports['nn']}"
     yarn = Yarn(work / "conf", fs, f"http://{LOOPBACK}:{ports['web']}", work, process)
+    yarn.hdfs_web = f"http://{LOOPBACK}:{ports['nn_web']}"
     try:
         _wait("starting", written.is_file, process, log, timeout_s)
         _wait(
