@@ -10,7 +10,8 @@ The newest run that got as far as `ready` and was not rolled back decides (`last
   the translation: the next run writes the remaining translations (`finish`);
 - `RAN_ON_TRANSLATION`: newer batches go on from the translation: the query runs on the
   destination (for a renamed topic, under the destination's names; for every partition, at or
-  after the translated offset);
+  after the translated offset); or the batches after the newest commit are gone, deleted by
+  a real-time query's restart on the translation (`when_missing`: never written back);
 - `RAN_ON_SOURCE`: a newer batch does not go on from the translation: the query was still
   running on the source when Ferry translated, and wrote on from its own positions;
 - `CHANGED`: a file is neither the original nor the translation (edited by hand, or a query
@@ -118,8 +119,12 @@ def judge(run: RunFiles, newest: int | None, current) -> None:  # noqa: ANN001
         now = current(batch)
         if now == run.translations[batch]:
             continue
-        if now is None or now == run.originals[batch]:
-            # None: an older Ferry's replace, killed between its delete and its rename
+        if now is None:
+            # Never written back: the file a killed replace left missing reads as its
+            # temporary file's content (`current`); a file plainly gone was purged (or deleted)
+            run.state, run.why = when_missing(run, batch, newest, current)
+            return
+        if now == run.originals[batch]:
             remaining.append(batch)
             continue
         run.state = RunState.CHANGED
@@ -127,6 +132,38 @@ def judge(run: RunFiles, newest: int | None, current) -> None:  # noqa: ANN001
         return
     run.remaining = remaining
     run.state = RunState.PARTIAL if remaining else RunState.COMPLETE
+
+
+def when_missing(run: RunFiles, batch: int, newest: int | None, current) -> tuple[RunState, str]:  # noqa: ANN001
+    """The state of a run one of whose translated offsets files is gone (newest: the newest
+    batch in offsets/ now), and why.
+
+    Spark deletes an offsets file a restart would read in one case only: a real-time query
+    (`Trigger.RealTime`) restarting deletes every batch after its newest commit
+    (`MicroBatchExecution.initializeExecution`: `offsetLog.purgeAfter(lastCommittedBatchId)`)
+    and runs from that commit's offsets, writing the next batch's file only at the batch's
+    end. So the tail of the log gone, every translated batch still there holding its
+    translation, is a query restarted on the translation: `RAN_ON_TRANSLATION` (and a file
+    written back now would make it fail at its batch's end, the batch's file being there
+    already). Gone in the middle of the log, or beside a file still the original (a restart
+    on a half-written translation), it is `CHANGED`: nothing is written. (A continuous
+    query deletes nothing on restart: Spark 4.2's `ContinuousExecution` keeps every file.)"""
+    gone = offsets_name(batch)
+    if newest is None or batch <= newest:
+        return RunState.CHANGED, (
+            f"{gone} is missing, though a newer batch is in the log (Spark's restarts "
+            "delete only batches after the newest commit): deleted by hand?"
+        )
+    for kept in sorted(b for b in run.translations if b <= newest):
+        if current(kept) != run.translations[kept]:
+            return RunState.CHANGED, (
+                f"{gone} was deleted (a real-time query's restart?) while "
+                f"{offsets_name(kept)} did not hold its translation"
+            )
+    return RunState.RAN_ON_TRANSLATION, (
+        f"{gone} was deleted by the query's restart on the translation (real-time mode "
+        "deletes the batches after the newest commit)"
+    )
 
 
 def parse(name: str, batch: int, data: bytes) -> OffsetsFile:
