@@ -189,6 +189,8 @@ def _run_one(spark, q: Query, trigger: str):  # noqa: ANN001, ANN202 - a Streami
         batch_df.write.mode("overwrite").parquet(f"{q.sink}/batch_id={batch_id}")
 
     trigger = q.trigger or trigger
+    if trigger.startswith("realtime:"):
+        mode = "update"  # real-time mode refuses append (STREAMING_REAL_TIME_MODE)
     if q.sink_topic:
         writer = (
             out.select("key", "value").writeStream.format("kafka")
@@ -206,6 +208,8 @@ def _run_one(spark, q: Query, trigger: str):  # noqa: ANN001, ANN202 - a Streami
         writer = writer.trigger(once=True)
     elif trigger.startswith("continuous:"):
         writer = writer.trigger(continuous=f"{float(trigger.split(':')[1]):g} seconds")
+    elif trigger.startswith("realtime:"):
+        writer = writer.trigger(realTime=f"{float(trigger.split(':')[1]):g} seconds")
     else:
         writer = writer.trigger(processingTime=f"{float(trigger):g} seconds")
     return writer.start()
