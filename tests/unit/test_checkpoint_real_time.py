@@ -9,6 +9,7 @@ files' modification times as Spark left them (a copy loses them)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -16,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from ferry.checkpoint import modes, runs
+from ferry.checkpoint import job, modes, runs
 from ferry.checkpoint.arrow_store import ArrowStore
 from ferry.checkpoint.modes import real_time_sign, written_at_batch_end
+from ferry.errors import UsageError
 
-from .test_checkpoint import ORIGINAL, TRANSLATED, judged
+from .test_checkpoint import ORIGINAL, TRANSLATED, judged, offsets_file
 
 SAMPLES = Path(__file__).resolve().parent / "checkpoint_samples"
 
@@ -117,3 +119,30 @@ def test_the_tail_deleted_beside_an_original_is_changed():
     run = judged({4: ORIGINAL[4], 5: None}, newest=4)
     assert run.state == runs.RunState.CHANGED and "offsets/4 did not hold" in run.why
     assert judged({}, newest=None).state == runs.RunState.CHANGED  # every file gone
+
+
+def test_the_batch_a_restart_on_the_translation_wrote_anew_ran_on_it():
+    # offsets/5 deleted by the restart, then written at its batch's end from offsets/4's
+    # translation (30, 31) on
+    anew = offsets_file('{"t":{"0":33,"1":39}}')
+    run = judged({4: TRANSLATED[4], 5: anew}, newest=5)
+    assert run.state == runs.RunState.RAN_ON_TRANSLATION and "written anew" in run.why
+    # behind the translation before it: not the query's (a hand edit): changed
+    behind = judged({4: TRANSLATED[4], 5: offsets_file('{"t":{"0":29,"1":39}}')}, newest=5)
+    assert behind.state == runs.RunState.CHANGED
+    # beside offsets/4 still the original: changed
+    assert judged({4: ORIGINAL[4], 5: anew}, newest=5).state == runs.RunState.CHANGED
+
+
+# ----------------------------------------------------------------------- the option
+
+
+def test_query_stopped_goes_with_checkpoint():
+    parser = argparse.ArgumentParser()
+    job.add_arguments(parser)
+    for name in ("execute", "rollback", "output"):
+        parser.add_argument(f"--{name}")
+    args = parser.parse_args(["--positions", "p.csv", "--query-stopped"])
+    assert job.is_requested(args) and args.query_stopped
+    with pytest.raises(UsageError, match="--query-stopped goes with --checkpoint"):
+        job.main(args, None, print, 60.0)  # type: ignore[arg-type]

@@ -11,7 +11,8 @@ The newest run that got as far as `ready` and was not rolled back decides (`last
 - `RAN_ON_TRANSLATION`: newer batches go on from the translation: the query runs on the
   destination (for a renamed topic, under the destination's names; for every partition, at or
   after the translated offset); or the batches after the newest commit are gone, deleted by
-  a real-time query's restart on the translation (`when_missing`: never written back);
+  a real-time query's restart on the translation (`when_missing`: never written back), or
+  written anew by it (`written_anew`);
 - `RAN_ON_SOURCE`: a newer batch does not go on from the translation: the query was still
   running on the source when Ferry translated, and wrote on from its own positions;
 - `CHANGED`: a file is neither the original nor the translation (edited by hand, or a query
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ferry.checkpoint import offsets_log
-from ferry.checkpoint.offsets_log import OffsetsFile
+from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
 
 FERRY_DIR = "ferry"  # under the checkpoint: one folder per run that rewrote it
 ROLLED_BACK = "rolled-back"  # in a run's folder once its originals were put back
@@ -127,6 +128,12 @@ def judge(run: RunFiles, newest: int | None, current) -> None:  # noqa: ANN001
         if now == run.originals[batch]:
             remaining.append(batch)
             continue
+        if written_anew(run, batch, now, current):
+            run.state = RunState.RAN_ON_TRANSLATION
+            run.why = (
+                f"{offsets_name(batch)} written anew by the query's restart on the translation"
+            )
+            return
         run.state = RunState.CHANGED
         run.why = f"{offsets_name(batch)} is neither the original nor the translation"
         return
@@ -164,6 +171,24 @@ def when_missing(run: RunFiles, batch: int, newest: int | None, current) -> tupl
         f"{gone} was deleted by the query's restart on the translation (real-time mode "
         "deletes the batches after the newest commit)"
     )
+
+
+def written_anew(run: RunFiles, batch: int, now: bytes, current) -> bool:  # noqa: ANN001
+    """Whether offsets/BATCH, neither the original nor the translation, is the query's own:
+    its real-time restart deleted the translated file (`when_missing`) and wrote the batch
+    anew at its end, going on from the translated batch before it, where the restart
+    started. Spark writes an offsets file only where none is: a micro-batch or continuous
+    query never replaces one."""
+    before = batch - 1
+    if before not in run.translations or current(before) != run.translations[before]:
+        return False
+    try:
+        newer = parse(offsets_name(batch), batch, now)
+    except CheckpointFormatError:
+        return False
+    translated = parse(f"translated {offsets_name(before)}", before, run.translations[before])
+    original = parse(f"original {offsets_name(before)}", before, run.originals[before])
+    return goes_on_from(translated, original, newer) is None
 
 
 def parse(name: str, batch: int, data: bytes) -> OffsetsFile:
