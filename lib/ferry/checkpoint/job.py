@@ -41,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "before the query read them), as Spark's failOnDataLoss=false would go on",
     )
     parser.add_argument(
+        "--query-stopped",
+        action="store_true",
+        help="--checkpoint: the operator's word that the query is stopped, which a real-time "
+        "query's files cannot show (asked for when they show real-time mode)",
+    )
+    parser.add_argument(
         "--subscribe-pattern",
         metavar="REGEX",
         help="--checkpoint: the query's subscribePattern, checked against the destination's "
@@ -56,7 +62,9 @@ def is_requested(args: argparse.Namespace) -> bool:
     groups' rollback: its ledger rows name files, not groups)."""
     is_checkpoint_run = (args.rollback or "").startswith(CHECKPOINT_RUN_PREFIX)
     # and the checkpoint's own options, so that given without --checkpoint they are refused
-    is_checkpoint_option = bool(args.allow_data_loss or args.subscribe_pattern is not None)
+    is_checkpoint_option = bool(
+        args.allow_data_loss or args.subscribe_pattern is not None or args.query_stopped
+    )
     return bool(args.positions or args.checkpoint or is_checkpoint_run or is_checkpoint_option)
 
 
@@ -75,7 +83,7 @@ def main(
     if args.positions and (args.execute or args.rollback):
         raise UsageError("--positions writes nothing: it takes no --execute or --rollback")
     if not args.checkpoint:
-        for option in ("allow_data_loss", "subscribe_pattern"):
+        for option in ("allow_data_loss", "subscribe_pattern", "query_stopped"):
             if getattr(args, option, None):
                 given = "--" + option.replace("_", "-")
                 raise UsageError(f"{given} goes with --checkpoint")
@@ -110,6 +118,7 @@ def main(
         progress,
         allow_data_loss=args.allow_data_loss,
         pattern=args.subscribe_pattern,
+        query_stopped=args.query_stopped,
     )
 
 

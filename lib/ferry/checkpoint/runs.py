@@ -10,7 +10,9 @@ The newest run that got as far as `ready` and was not rolled back decides (`last
   the translation: the next run writes the remaining translations (`finish`);
 - `RAN_ON_TRANSLATION`: newer batches go on from the translation: the query runs on the
   destination (for a renamed topic, under the destination's names; for every partition, at or
-  after the translated offset);
+  after the translated offset); or the batches after the newest commit are gone, deleted by
+  a real-time query's restart on the translation (`when_missing`: never written back), or
+  written anew by it (`written_anew`);
 - `RAN_ON_SOURCE`: a newer batch does not go on from the translation: the query was still
   running on the source when Ferry translated, and wrote on from its own positions;
 - `CHANGED`: a file is neither the original nor the translation (edited by hand, or a query
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ferry.checkpoint import offsets_log
-from ferry.checkpoint.offsets_log import OffsetsFile
+from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
 
 FERRY_DIR = "ferry"  # under the checkpoint: one folder per run that rewrote it
 ROLLED_BACK = "rolled-back"  # in a run's folder once its originals were put back
@@ -118,15 +120,75 @@ def judge(run: RunFiles, newest: int | None, current) -> None:  # noqa: ANN001
         now = current(batch)
         if now == run.translations[batch]:
             continue
-        if now is None or now == run.originals[batch]:
-            # None: an older Ferry's replace, killed between its delete and its rename
+        if now is None:
+            # Never written back: the file a killed replace left missing reads as its
+            # temporary file's content (`current`); a file plainly gone was purged (or deleted)
+            run.state, run.why = when_missing(run, batch, newest, current)
+            return
+        if now == run.originals[batch]:
             remaining.append(batch)
             continue
+        if written_anew(run, batch, now, current):
+            run.state = RunState.RAN_ON_TRANSLATION
+            run.why = (
+                f"{offsets_name(batch)} written anew by the query's restart on the translation"
+            )
+            return
         run.state = RunState.CHANGED
         run.why = f"{offsets_name(batch)} is neither the original nor the translation"
         return
     run.remaining = remaining
     run.state = RunState.PARTIAL if remaining else RunState.COMPLETE
+
+
+def when_missing(run: RunFiles, batch: int, newest: int | None, current) -> tuple[RunState, str]:  # noqa: ANN001
+    """The state of a run one of whose translated offsets files is gone (newest: the newest
+    batch in offsets/ now), and why.
+
+    Spark deletes an offsets file a restart would read in one case only: a real-time query
+    (`Trigger.RealTime`) restarting deletes every batch after its newest commit
+    (`MicroBatchExecution.initializeExecution`: `offsetLog.purgeAfter(lastCommittedBatchId)`)
+    and runs from that commit's offsets, writing the next batch's file only at the batch's
+    end. So the tail of the log gone, every translated batch still there holding its
+    translation, is a query restarted on the translation: `RAN_ON_TRANSLATION` (and a file
+    written back now would make it fail at its batch's end, the batch's file being there
+    already). Gone in the middle of the log, or beside a file still the original (a restart
+    on a half-written translation), it is `CHANGED`: nothing is written. (A continuous
+    query deletes nothing on restart: Spark 4.2's `ContinuousExecution` keeps every file.)"""
+    gone = offsets_name(batch)
+    if newest is None or batch <= newest:
+        return RunState.CHANGED, (
+            f"{gone} is missing, though a newer batch is in the log (Spark's restarts "
+            "delete only batches after the newest commit): deleted by hand?"
+        )
+    for kept in sorted(b for b in run.translations if b <= newest):
+        if current(kept) != run.translations[kept]:
+            return RunState.CHANGED, (
+                f"{gone} was deleted (a real-time query's restart?) while "
+                f"{offsets_name(kept)} did not hold its translation"
+            )
+    return RunState.RAN_ON_TRANSLATION, (
+        f"{gone} was deleted by the query's restart on the translation (real-time mode "
+        "deletes the batches after the newest commit)"
+    )
+
+
+def written_anew(run: RunFiles, batch: int, now: bytes, current) -> bool:  # noqa: ANN001
+    """Whether offsets/BATCH, neither the original nor the translation, is the query's own:
+    its real-time restart deleted the translated file (`when_missing`) and wrote the batch
+    anew at its end, going on from the translated batch before it, where the restart
+    started. Spark writes an offsets file only where none is: a micro-batch or continuous
+    query never replaces one."""
+    before = batch - 1
+    if before not in run.translations or current(before) != run.translations[before]:
+        return False
+    try:
+        newer = parse(offsets_name(batch), batch, now)
+    except CheckpointFormatError:
+        return False
+    translated = parse(f"translated {offsets_name(before)}", before, run.translations[before])
+    original = parse(f"original {offsets_name(before)}", before, run.originals[before])
+    return goes_on_from(translated, original, newer) is None
 
 
 def parse(name: str, batch: int, data: bytes) -> OffsetsFile:

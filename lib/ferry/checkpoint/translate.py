@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ferry import kafka
 from ferry.checkpoint import offsets_log, positions, rewrite, runs
+from ferry.checkpoint.modes import RealTimeSign, real_time_sign
 from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
 from ferry.checkpoint.restart import restart_hint
 from ferry.checkpoint.rewrite import LogsSeen
@@ -41,6 +42,7 @@ from ferry.write.ledger import PHASE_PLAN, Ledger, new_run_id
 
 ACTION = "migrate-checkpoint"
 RUN_PREFIX = f"{ACTION}-"  # run ids of checkpoint runs start so (`--rollback` tells them apart)
+QUERY_STOPPED = "--query-stopped"  # the operator's word that a real-time query is stopped
 
 
 @dataclass
@@ -91,12 +93,23 @@ def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN
     return Checkpoint(store, seen, choice, data, parsed)
 
 
-def check_idle(root: str, batch: int, age_s: float, idle_s: float) -> None:
+def check_idle(
+    root: str, batch: int, age_s: float, idle_s: float, real_time: RealTimeSign | None = None
+) -> None:
+    """Refuse (exit 1) a checkpoint whose query may still run: its newest batch or commit is
+    younger than `idle_s`, or its query runs in real-time mode (`real_time`: the sign, None
+    when not seen or the operator said it stopped), whose files cannot show it stopped."""
     if age_s < idle_s:
         raise FerryError(
             f"{root}: batch {batch} was written or committed {age_s:.0f}s ago (--idle "
             f"{idle_s:g}s): its query may still be running; stop it (its StreamingQuery.stop() "
             "returned, or its application ended), or wait"
+        )
+    if real_time is not None:
+        raise FerryError(
+            f"{root}: {real_time.describe()}; such a query writes a batch's files only at its "
+            "end, so their age cannot show it stopped: stop it (its StreamingQuery.stop() "
+            f"returned, or its application ended) and say so with {QUERY_STOPPED}"
         )
 
 
@@ -209,6 +222,7 @@ def checkpoint_job(
     *,
     allow_data_loss: bool = False,
     pattern: str | None = None,
+    query_stopped: bool = False,
 ) -> int:
     src, dst = (
         kafka.Cluster.from_config(cfg, "source"),
@@ -222,12 +236,14 @@ def checkpoint_job(
     last = runs.last_run(cp.store, cp.choice.newest, cp.current)
     if last is not None and last.state != RunState.PARTIAL:
         return earlier_run(cp, last, fmt)
+    # A real-time query's files cannot show it stopped: the operator's word is asked for.
+    real_time = None if query_stopped else real_time_sign(cp.store, cp.seen.offsets)
     if last is not None:
         # The killed run rewrote the newest offsets files itself, which dates them now: a
         # query still running would show as a commit, or a newer batch (RAN_ON_SOURCE).
-        check_idle(cp.store.root, cp.choice.newest, cp.seen.commit_age_s, idle_s)
+        check_idle(cp.store.root, cp.choice.newest, cp.seen.commit_age_s, idle_s, real_time)
         return finish_run(spark, cp, last, cfg, is_execute, fmt, progress)
-    check_idle(cp.store.root, cp.choice.newest, cp.seen.age_s, idle_s)
+    check_idle(cp.store.root, cp.choice.newest, cp.seen.age_s, idle_s, real_time)
     kafka.check_reachable(src)
     src_topics = kafka.list_topics(src)
     sets, warnings = position_sets(cp, cfg, src_topics)

@@ -23,8 +23,10 @@ or `subscribePattern` (`sources`, each optionally named for a `v2` offset log); 
 `KafkaSource` (`reader="v1"`); session settings of the query's own (`conf`: the offset log's
 format); writer options (`writer_options`: async progress tracking, which needs a Kafka sink,
 `sink_topic`, read back with `topic_sink_values`); a continuous trigger
-(`trigger="continuous:SECONDS"`, Kafka sink too); a slow `foreachBatch` (`sleep_s`,
-`sleep_from_batch`), or a batch held up at a chosen record (`sleep_on`). Each query runs in a
+(`trigger="continuous:SECONDS"`, Kafka sink too); real-time mode (`trigger="realtime:SECONDS"`,
+the batches' length: output mode update, a Kafka sink, as Spark 4.2 refuses `foreachBatch`
+there); a slow `foreachBatch` (`sleep_s`, `sleep_from_batch`), or a batch held up at a chosen
+record (`sleep_on`). Each query runs in a
 session of its own (`SparkSession.newSession`) when it has settings, so that queries of one
 application do not share them.
 """
@@ -95,8 +97,8 @@ class Query:
     # A record whose value is a key here makes its batch sleep this long (seconds), whatever
     # the sink: a batch of a Kafka-sink query held up at a chosen record.
     sleep_on: dict[str, float] = field(default_factory=dict)
-    # This query's trigger when not the run's: "available_now", "once", seconds ("2"), or
-    # "continuous:SECONDS" (then the sink is the Kafka topic `sink_topic`).
+    # This query's trigger when not the run's: "available_now", "once", seconds ("2"),
+    # "continuous:SECONDS" or "realtime:SECONDS" (then the sink is the Kafka topic `sink_topic`).
     trigger: str | None = None
     # Stop the query (`StreamingQuery.stop()`) once it finished this batch (or epoch).
     stop_after_batch: int | None = None
@@ -189,6 +191,8 @@ def _run_one(spark, q: Query, trigger: str):  # noqa: ANN001, ANN202 - a Streami
         batch_df.write.mode("overwrite").parquet(f"{q.sink}/batch_id={batch_id}")
 
     trigger = q.trigger or trigger
+    if trigger.startswith("realtime:"):
+        mode = "update"  # real-time mode refuses append (STREAMING_REAL_TIME_MODE)
     if q.sink_topic:
         writer = (
             out.select("key", "value").writeStream.format("kafka")
@@ -206,6 +210,8 @@ def _run_one(spark, q: Query, trigger: str):  # noqa: ANN001, ANN202 - a Streami
         writer = writer.trigger(once=True)
     elif trigger.startswith("continuous:"):
         writer = writer.trigger(continuous=f"{float(trigger.split(':')[1]):g} seconds")
+    elif trigger.startswith("realtime:"):
+        writer = writer.trigger(realTime=f"{float(trigger.split(':')[1]):g} seconds")
     else:
         writer = writer.trigger(processingTime=f"{float(trigger):g} seconds")
     return writer.start()
