@@ -22,15 +22,14 @@ checkpoint with a file missing is one Spark cannot restart correctly.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterable
 
 from ferry.checkpoint.runs import FERRY_DIR, offsets_name, run_ids
-from ferry.checkpoint.store import StoreError
+from ferry.checkpoint.store import StoreError, temporary_name
 
 OFFSETS = "offsets"
-_TEMPORARY = re.compile(r"\.([0-9]+)\.ferry-tmp")
+_TEMPORARY_SUFFIX = temporary_name("")[1:]  # ".ferry-tmp": `.N.ferry-tmp` is offsets/N's
 
 
 def missing_beside_temporary(names: Iterable[str]) -> list[int]:
@@ -39,9 +38,10 @@ def missing_beside_temporary(names: Iterable[str]) -> list[int]:
     present = set(names)
     batches = []
     for name in present:
-        match = _TEMPORARY.fullmatch(name)
-        if match and match.group(1) not in present:
-            batches.append(int(match.group(1)))
+        # names are matched by regex only in their homes (test_structure): told by hand
+        batch = name[1:].removesuffix(_TEMPORARY_SUFFIX) if name.startswith(".") else ""
+        if batch != name[1:] and batch.isascii() and batch.isdigit() and batch not in present:
+            batches.append(int(batch))
     return sorted(batches)
 
 
