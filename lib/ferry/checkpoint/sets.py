@@ -63,7 +63,7 @@ def position_sets(
         if cfg.topics.matches(s) and (d := cfg.topics.destination_topic(s)) != s
     }
     picked = cp_keys(cp) if picked is None else picked
-    cp.starts = sources.start_sets(cp.store, cp.data, cp.reads, picked)
+    cp.starts = sources.start_sets(cp.store, cp.data, cp.reads, picked, cp.choice.newest)
     lines = [
         (cp.store.name(offsets_name(batch)), set_name(batch, line.key), line.key, line.kafka)
         for batch, parsed in cp.parsed.items()

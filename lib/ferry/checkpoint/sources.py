@@ -94,20 +94,26 @@ def start_sets(
     data: Mapping[str, bytes | None],
     reads: Mapping[Key, Read],
     picked: set[Key],
+    batch: int,
 ) -> dict[Key, StartOffsets]:
     """The start offsets Spark reads of each picked source, parsed (`data`: the files read,
-    None when not there). A missing or damaged file is refused (exit 2)."""
+    None when not there; `batch`: the newest). A missing or damaged file is refused (exit
+    2)."""
     out = {}
-    for key in reads:
+    for key, how in reads.items():
         if key not in picked:
             continue
         path = start_path(key)
         raw = data.get(path)
         if raw is None:
+            when = (
+                f"batch {batch} is not committed: Spark runs it again for source {key} from"
+                if how == Read.RECORDS
+                else f"batch {batch} is committed: a DSv1 source {key} checks it against"
+            )
             raise CheckpointFormatError(
-                f"{store.name(path)}: not there, and Spark reads source {key}'s start offsets "
-                "from it on restart: it would take the query's startingOffsets on the "
-                "destination instead; nothing written"
+                f"{store.name(path)}: not there, and {when} the start offsets that file holds "
+                "(without it, the query's startingOffsets on the destination); nothing written"
             )
         out[key] = start_offsets.parse_start_offsets(store.name(path), key, raw)
     return out
