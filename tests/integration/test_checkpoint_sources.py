@@ -232,12 +232,12 @@ def test_dsv1_with_its_only_batch_committed(world, restarted):
     untouched = world.checkpoint("dsv1", "untouched")
     assert world.outcome["dsv1-src"] is None, world.outcome
     assert ids(untouched, "offsets") == [0] and ids(untouched, "commits") == [0]
+    assert_exactly_once(world, restarted, "dsv1", world.expected("one"))
     result = restarted["migrate"]["dsv1"]
     assert "sources/0/0" in result.stderr, result.stderr[-1500:]  # the plan says it
     translated = start_file(world.checkpoint("dsv1"), "0")
     assert translated.startswith(b"\x00v1\n") and world.remote("one").encode() in translated
     assert start_file(untouched, "0") != translated
-    assert_exactly_once(world, restarted, "dsv1", world.expected("one"))
 
 
 @pytest.mark.slow
@@ -259,10 +259,10 @@ def test_a_v2_source_added_in_the_newest_uncommitted_batch(world, restarted):
     before = (untouched / "offsets" / str(newest - 1)).read_text().split("\n")[2:]
     assert sorted(ln.split(":", 1)[0] for ln in lines) == ["alpha", "beta"]
     assert [ln.split(":", 1)[0] for ln in before] == ["alpha"]  # beta first seen in N
+    assert_exactly_once(world, restarted, "v2", world.expected("alpha", "beta"))
     path = world.checkpoint("v2")
     assert world.remote("beta").encode() in start_file(path, "beta")
     assert start_file(path, "alpha") == start_file(untouched, "alpha")  # not read: kept
-    assert_exactly_once(world, restarted, "v2", world.expected("alpha", "beta"))
 
 
 @pytest.mark.slow
