@@ -491,3 +491,33 @@ def test_a_run_that_rewrote_start_offsets_counts_them_among_its_files():
     runs.judge(run, 5, dict(translations).get)
     assert run.state == runs.RunState.COMPLETE
     assert runs.offsets_name("sources/0/0") == "sources/0/0" and runs.offsets_name(4) == "offsets/4"
+
+
+def test_the_subscribe_pattern_is_a_java_regex_checked_by_the_session(spark):
+    from ferry.checkpoint.restart import check_pattern, java_finder
+
+    names = ["orders-a", "orders-1", "source.orders-b"]
+    finds = java_finder(spark, r"^\p{Lower}+-\p{Alpha}$", names)  # Java's classes, not re's
+    assert [n for n in names if finds(n)] == ["orders-a"]
+    found = java_finder(spark, "orders", names)  # searched (Matcher.find), as Spark does
+    assert all(found(n) for n in names)
+    with pytest.raises(UsageError, match=r"not a Java regex: PatternSyntaxException: Unclosed"):
+        check_pattern(spark, "orders(")
+
+
+def test_the_checkpoint_options_go_with_checkpoint():
+    import argparse
+
+    from ferry.checkpoint import job
+
+    parser = argparse.ArgumentParser()
+    job.add_arguments(parser)
+    for argv, says in [
+        (["--sources", "0"], "--sources goes with --checkpoint"),
+        (["--subscribe-pattern", "x"], "--subscribe-pattern goes with --checkpoint"),
+    ]:
+        args = parser.parse_args(argv)
+        args.execute = args.rollback = None
+        assert job.is_requested(args)
+        with pytest.raises(UsageError, match=says):
+            job.main(args, None, print, 60)
