@@ -1,7 +1,9 @@
 """Real checkpoints as PySpark 4.2 with Spark's Kafka connector wrote them, one per mode
 (tests/unit/checkpoint_samples, `python -m ferry.testing.checkpoint_samples` regenerates them):
 every offsets file parses and renders back byte for byte, its Kafka lines are found (by name
-in a v2 log), and the batches chosen are those Spark reads on restart."""
+in a v2 log), and the batches chosen are those Spark reads on restart; every source's start
+offsets (`sources/KEY/0`) parse and render back byte for byte too, and which of them Spark
+reads on restart follows its rules."""
 
 from __future__ import annotations
 
@@ -15,6 +17,12 @@ from ferry.checkpoint.offsets_log import (
     parse_offsets_file,
     render_offsets_file,
     translated_line,
+)
+from ferry.checkpoint.start_offsets import (
+    Read,
+    parse_start_offsets,
+    render_start_offsets,
+    start_reads,
 )
 
 SAMPLES = Path(__file__).resolve().parent / "checkpoint_samples"
@@ -74,3 +82,50 @@ def test_a_v2_log_keys_its_kafka_lines_by_name_or_index():
 def test_the_batches_chosen_are_those_spark_reads_on_restart(mode, newest, batches, is_committed):
     choice = choose_batches(mode, log(mode, "offsets"), log(mode, "commits"))
     assert (choice.newest, choice.batches, choice.is_committed) == (newest, batches, is_committed)
+
+
+START_FILES = sorted(SAMPLES.glob("*/sources/*/0"))
+
+
+def test_the_samples_have_start_offsets_named_by_index_or_by_name():
+    keys = {(p.parents[2].name, p.parent.name) for p in START_FILES}
+    assert {("dsv1", "0"), ("union", "1"), ("v2_named", "first"), ("v2_unnamed", "1")} <= keys
+    assert not any(p.parents[2].name == "continuous" for p in START_FILES)  # none written
+
+
+@pytest.mark.parametrize("path", START_FILES, ids=lambda p: f"{p.parents[2].name}/{p.parent.name}")
+def test_every_start_offsets_file_parses_and_renders_back_byte_for_byte(path):
+    data = path.read_bytes()
+    assert data.startswith(b"\x00v1\n")  # KafkaSourceInitialOffsetWriter: a zero byte, v1
+    start = parse_start_offsets(str(path), path.parent.name, data)
+    assert start.prefix == b"\x00v1\n" and start.kafka
+    assert render_start_offsets(start, start.kafka) == data
+    renamed = {f"source.{t}": parts for t, parts in start.kafka.items()}
+    out = render_start_offsets(start, renamed)
+    assert out.startswith(b"\x00v1\n") and b'"source.' in out
+
+
+def parsed(mode: str, batches) -> dict:
+    return {
+        b: parse_offsets_file(mode, b, (SAMPLES / mode / "offsets" / str(b)).read_bytes())
+        for b in batches
+    }
+
+
+@pytest.mark.parametrize(
+    ("mode", "offsets", "commits", "reads"),
+    [
+        # Batch N runs again (or is checked) from offsets/N-1: the start offsets are not read.
+        ("subscribe", [0, 1, 2], [0, 1, 2], {}),
+        ("dsv1_uncommitted", [0, 1, 2], [0, 1], {}),
+        ("union_uncommitted", [0, 1, 2], [0, 1], {}),
+        # The first batch, not committed: every source runs it again from its start offsets.
+        ("union", [0], [], {0: Read.RECORDS, 1: Read.RECORDS}),
+        ("v2_named", [0], [], {"first": Read.RECORDS, "second": Read.RECORDS}),
+        # The first batch committed: a DSv1 source checks them (getBatch(None, offsets/0)).
+        ("dsv1", [0], [0], {0: Read.PRIMED}),
+    ],
+)
+def test_the_start_offsets_spark_reads_on_restart(mode, offsets, commits, reads):
+    choice = choose_batches(mode, offsets, commits)
+    assert start_reads(choice, parsed(mode, choice.batches)) == reads

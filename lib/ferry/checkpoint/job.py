@@ -5,7 +5,6 @@ entry point)."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 
@@ -49,8 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--subscribe-pattern",
         metavar="REGEX",
-        help="--checkpoint: the query's subscribePattern, checked against the destination's "
-        "topics (it must match the translated topics and no other)",
+        help="--checkpoint: the query's subscribePattern (a Java regex, as Spark reads it), "
+        "checked against the destination's topics (it must match the translated topics and no "
+        "other)",
+    )
+    parser.add_argument(
+        "--sources",
+        metavar="KEYS",
+        help="--checkpoint: the Kafka sources to translate, comma-separated: their indexes in "
+        "the query (names in a v2 offset log), as the plan lists them; the others are kept "
+        "byte for byte (default: every source)",
     )
 
 
@@ -63,7 +70,10 @@ def is_requested(args: argparse.Namespace) -> bool:
     is_checkpoint_run = (args.rollback or "").startswith(CHECKPOINT_RUN_PREFIX)
     # and the checkpoint's own options, so that given without --checkpoint they are refused
     is_checkpoint_option = bool(
-        args.allow_data_loss or args.subscribe_pattern is not None or args.query_stopped
+        args.allow_data_loss
+        or args.subscribe_pattern is not None
+        or getattr(args, "sources", None) is not None
+        or args.query_stopped
     )
     return bool(args.positions or args.checkpoint or is_checkpoint_run or is_checkpoint_option)
 
@@ -83,15 +93,11 @@ def main(
     if args.positions and (args.execute or args.rollback):
         raise UsageError("--positions writes nothing: it takes no --execute or --rollback")
     if not args.checkpoint:
-        for option in ("allow_data_loss", "subscribe_pattern", "query_stopped"):
-            if getattr(args, option, None):
+        for option in ("allow_data_loss", "subscribe_pattern", "sources", "query_stopped"):
+            if getattr(args, option, None) is not None and getattr(args, option) is not False:
                 given = "--" + option.replace("_", "-")
                 raise UsageError(f"{given} goes with --checkpoint")
-    if args.subscribe_pattern is not None:
-        try:
-            re.compile(args.subscribe_pattern)
-        except re.error as exc:
-            raise UsageError(f"--subscribe-pattern {args.subscribe_pattern!r}: {exc}") from None
+    # --subscribe-pattern is a Java regex: the session checks it (`restart.check_pattern`).
     for option in ("wait", "export_dir", "allow_rewind", "allow_active_source", "max_duplicates"):
         if getattr(args, option, None):
             given = "--" + option.replace("_", "-")
@@ -119,6 +125,7 @@ def main(
         allow_data_loss=args.allow_data_loss,
         pattern=args.subscribe_pattern,
         query_stopped=args.query_stopped,
+        chosen=getattr(args, "sources", None),
     )
 
 

@@ -81,9 +81,10 @@ class KafkaLineError(ValueError):
 
 
 def is_source_name(text: str) -> bool:
-    """Spark's rule for a source's name (`DataStreamReader.name()`), and for the index a v2 log
-    keys an unnamed source by: 1 to 64 of A-Z, a-z, 0-9, `_` and `-`."""
-    return 0 < len(text) <= 64 and all(c.isascii() and (c.isalnum() or c in "_-") for c in text)
+    """Spark 4.2's rule for a source's name (`DataStreamReader.name()`, checked by
+    `StreamingNameValidator` against `^[a-zA-Z0-9_]+$`: any length), which the index a v2 log
+    keys an unnamed source by also meets."""
+    return bool(text) and all(c.isascii() and (c.isalnum() or c == "_") for c in text)
 
 
 def kafka_offsets(text: str) -> TopicPartitionOffsets | None:
@@ -142,7 +143,7 @@ def parse_offsets_file(name: str, batch_id: int, data: bytes) -> OffsetsFile:
     for index, line in enumerate(lines[2:]):
         source_id = None
         if lines[0] == "v2":
-            # `NAME:OFFSET` (Spark's OffsetSeqLog, format 2): names are [A-Za-z0-9_-]+
+            # `NAME:OFFSET` (Spark's OffsetSeqLog, format 2): names are [A-Za-z0-9_]+
             source_id, colon, line = line.partition(":")
             if not colon or not is_source_name(source_id):
                 raise CheckpointFormatError(
@@ -238,6 +239,11 @@ class BatchChoice:
     def restart(self) -> str:
         """What Spark does with these files on restart, in a few words."""
         files = ", ".join(f"offsets/{b}" for b in self.batches)
+        if len(self.batches) == 1 and not self.is_committed:
+            return (
+                f"batch {self.newest} not committed: Spark runs it again from the sources' "
+                f"start offsets (sources/) to {files}"
+            )
         if len(self.batches) == 1:
             return f"batch {self.newest} committed: Spark goes on after {files}"
         if self.is_committed:
@@ -257,7 +263,10 @@ def choose_batches(name: str, offsets_ids: Iterable[int], commit_ids: Iterable[i
     ids skip: "the one before" is the previous id in storage (`getPrevBatchFromStorage`), and
     commits may lag several batches. A continuous query restarts at the newest committed
     epoch's offsets (later files are purged), so that file is translated too when it is
-    older. Every file Spark may read is translated; batch ids are never changed."""
+    older. The first batch, not committed, runs again from the sources' start offsets
+    (`sources/`, their choice `start_offsets.start_reads`); any other batch with none before
+    it in storage stops Spark's restart. Every file Spark may read is translated; batch ids
+    are never changed."""
     offsets = sorted(set(offsets_ids))
     commits = sorted(set(commit_ids))
     if not offsets:
@@ -266,15 +275,13 @@ def choose_batches(name: str, offsets_ids: Iterable[int], commit_ids: Iterable[i
     newest_commit = commits[-1] if commits else None
     before = [b for b in offsets if b < newest]
     if not before:
-        if newest_commit == newest:
+        if newest_commit == newest or newest == 0:
+            # The first batch uncommitted: Spark runs it again from each source's start
+            # offsets (`sources/KEY/0`, `ferry.checkpoint.start_offsets`), translated too.
             return BatchChoice(newest, newest_commit, (newest,))
-        # The first batch (or the first kept) is uncommitted: Spark re-runs it from the
-        # source's starting offsets (`sources/`), which Ferry does not translate.
-        gone = f" and offsets/{newest - 1} is not there" if newest else ""
         raise CheckpointFormatError(
-            f"{name}: batch {newest} is not committed{gone}: Spark re-runs it from the "
-            "query's starting offsets (sources/), which are the source's; restart the query "
-            "on the source until a batch commits"
+            f"{name}: batch {newest} is not committed and offsets/{newest - 1} is not there: "
+            f"Spark cannot restart the query (batch {newest - 1} doesn't exist), on any cluster"
         )
     batches = {before[-1], newest}
     if newest_commit is not None and newest_commit in offsets:

@@ -43,13 +43,15 @@ def rollback_job(
     store = open_store(spark, path)
     folder = f"{FERRY_DIR}/{run_id}"
     originals = runs.batch_files(store, f"{folder}/original/offsets")
+    originals |= runs.start_files(store, f"{folder}/original")  # sources/KEY/0
     if not originals:
         raise UsageError(f"{store.name(folder)}: no originals of run {run_id} in this checkpoint")
     translations = runs.batch_files(store, f"{folder}/translated/offsets")
-    progress(f"run {run_id} rewrote offsets/{', offsets/'.join(map(str, originals))}")
+    translations |= runs.start_files(store, f"{folder}/translated")
+    progress(f"run {run_id} rewrote {', '.join(offsets_name(b) for b in originals)}")
     seen = LogsSeen.list(store)
     newest = seen.offsets[-1] if seen.offsets else None
-    wrote = max(originals)
+    wrote = max(b for b in originals if isinstance(b, int))
     if newest is not None and newest > wrote:
         why = runs.goes_on_from(
             runs.parse("translated", wrote, translations[wrote]),

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ferry.checkpoint import interrupted, offsets_log
-from ferry.checkpoint.runs import READY, RunFiles, offsets_name
+from ferry.checkpoint.runs import READY, RunFiles, file_order, offsets_name
 from ferry.errors import FerryError
 from ferry.write.kill_points import kill_point
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, Ledger
@@ -91,8 +91,8 @@ def check_unchanged(store, seen: LogsSeen, data: Mapping[int, bytes | None], whe
     the files read (`data`; None: not there): it is running."""
     moved = LogsSeen.list(store).moved_since(seen)
     if moved is None:
-        changed = [b for b in sorted(data) if read_if_there(store, b) != data[b]]
-        moved = f"offsets/{changed[0]} changed" if changed else None
+        changed = [b for b in sorted(data, key=file_order) if read_if_there(store, b) != data[b]]
+        moved = f"{offsets_name(changed[0])} changed" if changed else None
     if moved is not None:
         raise FerryError(
             f"{store.root}: {moved} {when}: its query is running; stop it and run again "

@@ -59,8 +59,24 @@ class RunFiles:
         return f"{FERRY_DIR}/{self.run_id}"
 
 
-def offsets_name(batch: int) -> str:
-    return f"offsets/{batch}"
+def offsets_name(batch: int | str) -> str:
+    """A file a run rewrites, by its key: `offsets/N` for batch N; another file (a source's
+    start offsets, `sources/KEY/0`) is keyed by its path."""
+    return batch if isinstance(batch, str) else f"offsets/{batch}"
+
+
+def file_order(key: int | str) -> tuple:
+    """Sorts a run's files: the offsets files by batch, then the others by path."""
+    return (1, 0, key) if isinstance(key, str) else (0, key, "")
+
+
+def start_files(store, folder: str) -> dict[int | str, bytes]:  # noqa: ANN001
+    """The start offsets files under a run's folder (`FOLDER/sources/KEY/0`), by path."""
+    out: dict[int | str, bytes] = {}
+    for key in store.list_dirs(f"{folder}/sources"):
+        if any(f.name == "0" for f in store.list(f"{folder}/sources/{key}")):
+            out[f"sources/{key}/0"] = store.read(f"{folder}/sources/{key}/0")
+    return out
 
 
 def run_ids(store) -> list[str]:  # noqa: ANN001 - a checkpoint store
@@ -84,8 +100,9 @@ def read_run(store, run_id: str) -> RunFiles | None:  # noqa: ANN001
         return None
     return RunFiles(
         run_id,
-        batch_files(store, f"{folder}/original/offsets"),
-        batch_files(store, f"{folder}/translated/offsets"),
+        batch_files(store, f"{folder}/original/offsets") | start_files(store, f"{folder}/original"),
+        batch_files(store, f"{folder}/translated/offsets")
+        | start_files(store, f"{folder}/translated"),
     )
 
 
@@ -104,7 +121,7 @@ def last_run(store, newest: int | None, current) -> RunFiles | None:  # noqa: AN
 
 def judge(run: RunFiles, newest: int | None, current) -> None:  # noqa: ANN001
     """Set `run.state` (module docstring) from the checkpoint's files now."""
-    wrote = max(run.translations)
+    wrote = max(b for b in run.translations if isinstance(b, int))
     if newest is not None and newest > wrote:
         data = current(newest)
         reason = goes_on_from(
@@ -116,7 +133,7 @@ def judge(run: RunFiles, newest: int | None, current) -> None:  # noqa: ANN001
         run.why = reason or ""
         return
     remaining = []
-    for batch in sorted(run.translations):
+    for batch in sorted(run.translations, key=file_order):
         now = current(batch)
         if now == run.translations[batch]:
             continue

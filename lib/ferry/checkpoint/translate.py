@@ -20,16 +20,27 @@ Written, all files or none, only when every set is READY: `ferry.checkpoint.rewr
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ferry import kafka
-from ferry.checkpoint import offsets_log, positions, rewrite, runs
+from ferry.checkpoint import offsets_log, positions, restart, rewrite, runs, sources
 from ferry.checkpoint.modes import RealTimeSign, real_time_sign
 from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
 from ferry.checkpoint.restart import restart_hint
 from ferry.checkpoint.rewrite import LogsSeen
 from ferry.checkpoint.runs import FERRY_DIR, RunState, offsets_name
+from ferry.checkpoint.sets import (  # noqa: F401 - set_name and batch_of: named here before
+    batch_of,
+    check_source_range,
+    new_files,
+    plan_topics,
+    reads_records,
+    set_name,
+    sources_plan,
+    stand_in,
+)
+from ferry.checkpoint.start_offsets import Read, StartOffsets, start_reads
 from ferry.checkpoint.stores import open_store
 from ferry.config import FerryConfig
 from ferry.errors import FerryError
@@ -47,26 +58,24 @@ QUERY_STOPPED = "--query-stopped"  # the operator's word that a real-time query 
 
 @dataclass
 class Checkpoint:
-    """What was read of one checkpoint: the batches chosen, their files' bytes and parses."""
+    """What was read of one checkpoint: the batches chosen, their files' bytes and parses; the
+    sources whose start offsets Spark reads on restart, their files' bytes (in `data` by path,
+    None when not there) and, for the sources translated, their parses."""
 
     store: object  # a checkpoint store (`ferry.checkpoint.store.open_store`)
     seen: LogsSeen
     choice: offsets_log.BatchChoice
-    data: dict[int, bytes]
+    data: dict[int | str, bytes | None]
     parsed: dict[int, OffsetsFile]
+    reads: dict[int | str, Read] = field(default_factory=dict)
+    starts: dict[int | str, StartOffsets] = field(default_factory=dict)
+    # A set standing in for one Spark only checks (`offsets/N-1`'s, or start offsets, when
+    # batch N is committed) that cannot be translated: the newest batch's set it copies.
+    stand_ins: dict[str, str] = field(default_factory=dict)
 
     def current(self, batch: int) -> bytes | None:
         """offsets/BATCH's bytes now (None when it is not there)."""
         return self.data[batch] if batch in self.data else rewrite.read_if_there(self.store, batch)
-
-
-def set_name(batch: int, index: int | str) -> str:
-    return f"offsets/{batch} source {index}"
-
-
-def batch_of(name: str) -> int:
-    """The batch of a set named by `set_name`."""
-    return int(name.split(" ", 1)[0].removeprefix("offsets/"))
 
 
 def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN001
@@ -81,16 +90,22 @@ def read_checkpoint(spark, path: str, idle_s: float) -> Checkpoint:  # noqa: ANN
     seen = LogsSeen.list(store)
     try:
         choice = offsets_log.choose_batches(store.root, seen.offsets, seen.commits)
-        data = {b: store.read(offsets_name(b)) for b in choice.batches}
+        data: dict[int | str, bytes | None] = {
+            b: store.read(offsets_name(b)) for b in choice.batches
+        }
         parsed = {
-            b: offsets_log.parse_offsets_file(store.name(offsets_name(b)), b, data[b])
+            b: offsets_log.parse_offsets_file(store.name(offsets_name(b)), b, data[b])  # type: ignore[arg-type]
             for b in choice.batches
         }
     except CheckpointFormatError:
         newest = seen.offsets[-1] if seen.offsets else -1
         check_idle(store.root, newest, seen.age_s, idle_s)
         raise
-    return Checkpoint(store, seen, choice, data, parsed)
+    reads = start_reads(choice, parsed)
+    for key in reads:  # parsed later, for the sources translated only
+        path = sources.start_path(key)
+        data[path] = store.read(path) if store.exists(path) else None
+    return Checkpoint(store, seen, choice, data, parsed, reads)
 
 
 def check_idle(
@@ -113,104 +128,6 @@ def check_idle(
         )
 
 
-def position_sets(
-    cp: Checkpoint, cfg: FerryConfig, src_topics: Mapping[str, int]
-) -> tuple[dict[str, dict], list[str]]:
-    """One position set per Kafka source line of the chosen batches, and warnings for lines
-    left as they are (no topic the config selects). Refused: no Kafka source at all, a line
-    mixing selected and other topics (exit 2), a line naming destination topics (exit 1)."""
-    destination_names = {
-        d
-        for s in src_topics
-        if cfg.topics.matches(s) and (d := cfg.topics.destination_topic(s)) != s
-    }
-    sets: dict[str, dict] = {}
-    warnings = []
-    kafka_lines = 0
-    for batch, parsed in cp.parsed.items():
-        file = cp.store.name(offsets_name(batch))
-        for line in parsed.kafka_sources:
-            kafka_lines += 1
-            topics = set(line.kafka or {})
-            on_destination = sorted(topics & destination_names - set(src_topics))
-            if on_destination:
-                raise FerryError(
-                    f"{file}: source {line.key} names destination topic(s) "
-                    f"{', '.join(on_destination)}: the query already ran against the "
-                    "destination on this checkpoint (or it was edited by hand); restore the "
-                    "checkpoint as it was on the source before translating it"
-                )
-            selected = {t for t in topics if cfg.topics.matches(t)}
-            if not selected:
-                warnings.append(
-                    f"{file}: source {line.key} ({', '.join(sorted(topics))}) "
-                    "is not selected by the config's topics: left as it is"
-                )
-                continue
-            if selected != topics:
-                raise CheckpointFormatError(
-                    f"{file}: source {line.key} reads topics the config selects and others "
-                    f"({', '.join(sorted(topics - selected))}): select all of them or none"
-                )
-            sets[set_name(batch, line.key)] = {
-                (t, p): o for t, parts in (line.kafka or {}).items() for p, o in parts.items()
-            }
-    if not kafka_lines:
-        raise CheckpointFormatError(
-            f"{cp.store.name(offsets_name(cp.choice.newest))}: no Kafka source in the query"
-        )
-    return sets, warnings
-
-
-def check_source_range(
-    sets: Mapping[str, Mapping[tuple[str, int], int]],
-    bounds: Mapping[tuple[str, int], tuple[int, int]],
-    root: str,
-) -> dict[str, str]:
-    """Each set whose positions lie below the source's log start: what was lost (records
-    deleted before the query read them), by set name. A position past the source's log end
-    is not the source's (exit 1): the query ran on a cluster with more records (with the
-    same topic names, the destination)."""
-    lost: dict[str, str] = {}
-    for name, offsets in sorted(sets.items()):
-        gaps = []
-        for (topic, partition), offset in sorted(offsets.items()):
-            start, end = bounds[(topic, partition)]
-            if offset > end:
-                raise FerryError(
-                    f"{root}/{name}: {topic}[{partition}] is at {offset}, past the source's "
-                    f"log end {end}: these are not the source's positions (the query ran "
-                    "against another cluster, the destination?); nothing written"
-                )
-            if offset < start:
-                gaps.append(f"{topic}[{partition}] {offset}..{start - 1} ({start - offset})")
-        if gaps:
-            lost[name] = (
-                "records deleted from the source before the query read them: "
-                + ", ".join(gaps)
-                + " (Spark's failOnDataLoss would stop the query; --allow-data-loss "
-                "translates it anyway)"
-            )
-    return lost
-
-
-def new_files(
-    cp: Checkpoint, plan: Plan, decisions: Mapping[str, GroupDecision], cfg: FerryConfig
-) -> dict[int, bytes]:
-    """Each chosen batch's file with its translated Kafka lines (every set READY)."""
-    out = {}
-    for batch, parsed in cp.parsed.items():
-        lines = {}
-        for line in parsed.kafka_sources:
-            name = set_name(batch, line.key)
-            if name not in decisions:
-                continue
-            rename = {t: cfg.topics.destination_topic(t) for t in line.kafka or {}}
-            lines[line.key] = offsets_log.translated_line(line, rename, decisions[name].offsets)
-        out[batch] = offsets_log.render_offsets_file(parsed, lines)
-    return out
-
-
 def checkpoint_job(
     spark,  # noqa: ANN001
     cfg: FerryConfig,
@@ -223,6 +140,7 @@ def checkpoint_job(
     allow_data_loss: bool = False,
     pattern: str | None = None,
     query_stopped: bool = False,
+    chosen: str | None = None,
 ) -> int:
     src, dst = (
         kafka.Cluster.from_config(cfg, "source"),
@@ -244,19 +162,17 @@ def checkpoint_job(
         check_idle(cp.store.root, cp.choice.newest, cp.seen.commit_age_s, idle_s, real_time)
         return finish_run(spark, cp, last, cfg, is_execute, fmt, progress)
     check_idle(cp.store.root, cp.choice.newest, cp.seen.age_s, idle_s, real_time)
+    if pattern is not None:
+        restart.check_pattern(spark, pattern)
     kafka.check_reachable(src)
     src_topics = kafka.list_topics(src)
-    sets, warnings = position_sets(cp, cfg, src_topics)
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if not sets:
-        raise CheckpointFormatError(f"{cp.store.root}: no Kafka source the config selects")
-    bounds = kafka.watermarks(src, {tp for s in sets.values() for tp in s})
-    read = {n: s for n, s in sets.items() if batch_of(n) in cp.choice.read_from}
-    lost = check_source_range(read, bounds, cp.store.root)
+    sets, bounds = sources_plan(cp, cfg, src, src_topics, chosen, progress)
+    lost = check_source_range(sets, bounds, cp.store.root, lambda n: reads_records(cp, n))
     plan, decisions = positions.translate(
         spark, src, dst, cfg, sets, progress, allow_reconcile=True, known_src_topics=src_topics
     )
+    for warning in stand_in(cp, decisions):
+        print(f"warning: {warning}", file=sys.stderr)
     for name, why in lost.items():
         if allow_data_loss:
             print(f"warning: {cp.store.name(name)}: {why}", file=sys.stderr)
@@ -292,7 +208,10 @@ def checkpoint_job(
                 file=sys.stderr,
             )
     dst_only = sorted(set(kafka.list_topics(dst)) - set(src_topics))
-    for line in restart_hint(decisions, dst.conf.get("bootstrap.servers"), dst_only, pattern):
+    topics = [*dst_only, *sorted({t for t, _ in plan_topics(decisions)})]
+    finds = restart.java_finder(spark, pattern, topics)
+    hint = restart_hint(decisions, dst.conf.get("bootstrap.servers"), dst_only, pattern, finds)
+    for line in hint:
         print(line, file=sys.stderr)
     if is_execute and is_ready:
         verb = f"rewritten (originals in {cp.store.name(f'{FERRY_DIR}/{run_id}/original')})"
