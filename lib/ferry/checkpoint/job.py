@@ -28,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="translate a Structured Streaming checkpoint's Kafka offsets (any Hadoop path)",
     )
     parser.add_argument(
+        "--flink-savepoint",
+        metavar="PATH",
+        help="translate a Flink savepoint's KafkaSource positions; --execute writes a new "
+        "savepoint beside it (PATH-ferry) for `flink run -s` (docs/jobs/flink.md)",
+    )
+    parser.add_argument(
         "--idle",
         metavar="DURATION",
         default="60s",
@@ -57,7 +63,10 @@ def is_requested(args: argparse.Namespace) -> bool:
     is_checkpoint_run = (args.rollback or "").startswith(CHECKPOINT_RUN_PREFIX)
     # and the checkpoint's own options, so that given without --checkpoint they are refused
     is_checkpoint_option = bool(args.allow_data_loss or args.subscribe_pattern is not None)
-    return bool(args.positions or args.checkpoint or is_checkpoint_run or is_checkpoint_option)
+    is_flink = bool(getattr(args, "flink_savepoint", None))
+    return bool(
+        args.positions or args.checkpoint or is_checkpoint_run or is_checkpoint_option or is_flink
+    )
 
 
 def main(
@@ -70,6 +79,10 @@ def main(
     from ferry.errors import UsageError
     from ferry.session import start_session
 
+    if getattr(args, "flink_savepoint", None):
+        from ferry.flink.job import flink_main
+
+        return flink_main(args, cfg, progress)
     if args.positions and args.checkpoint:
         raise UsageError("--positions and --checkpoint are two separate runs: give one")
     if args.positions and (args.execute or args.rollback):

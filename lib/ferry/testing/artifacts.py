@@ -88,6 +88,7 @@ HADOOP = ArtifactSet(
 )
 
 SETS = {"kafka": KAFKA, "mm2": MM2, "kafka-3.9": KAFKA_39, "hadoop": HADOOP}
+FLINK = "flink"  # the savepoint tool's jars: the product's own set (ferry.flink.jars)
 SPARK_PACKAGES = "spark-packages"  # not a set of ours: Spark's own Ivy cache (spark_packages)
 
 
@@ -230,7 +231,7 @@ def spark_packages() -> Path:
 
 def main(argv: list[str]) -> int:
     names = argv or list(SETS)
-    known = [*SETS, SPARK_PACKAGES]
+    known = [*SETS, FLINK, SPARK_PACKAGES]
     unknown = [n for n in names if n not in known]
     if unknown:
         print(f"error: unknown artifact set {unknown[0]!r} (known: {', '.join(known)})")
@@ -239,6 +240,10 @@ def main(argv: list[str]) -> int:
         for name in names:
             if name == SPARK_PACKAGES:
                 print(f"{name}: {spark_packages()}")
+            elif name == FLINK:
+                from ferry.flink.jars import flink_set
+
+                print(f"{flink_set().name}: {fetch(flink_set(), quiet=True)}")
             else:
                 print(f"{SETS[name].name}: {fetch(SETS[name], quiet=True)}")
     except ArtifactError as exc:

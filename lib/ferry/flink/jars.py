@@ -1,0 +1,36 @@
+"""The Flink jars Ferry's savepoint tool runs on, fetched by Maven coordinates into the cache.
+
+`migrate --flink-savepoint` reads and writes a savepoint with Flink's own classes (its
+checkpoint metadata serializers, its operator state backend) and the Kafka connector's own
+serializers, in a JVM Ferry starts (`ferry.flink.tool`). Those jars are resolved once with Ivy
+into `$FERRY_CACHE/flink-<version>/` exactly as the test brokers' jars are
+(`ferry.testing.artifacts.fetch`, which honours `FERRY_MAVEN_MIRROR`), and also serve the
+tests' Flink job (a local mini-cluster: `flink-clients`).
+
+The product needs them at run time, so the set is defined here, not in `ferry.testing`;
+`python -m ferry.testing.artifacts flink` fetches it ahead of time like the other sets.
+"""
+
+from __future__ import annotations
+
+FLINK_VERSION = "2.2.0"
+KAFKA_CONNECTOR_VERSION = f"5.0.0-{FLINK_VERSION.rsplit('.', 1)[0]}"  # 5.0.0-2.2
+# The Flink minor versions whose savepoints the tool reads and writes: those the jars above
+# are (checkpoint metadata is read by the version that wrote it or a newer one).
+SUPPORTED_FLINK = ("2.2",)
+
+
+def flink_set():  # noqa: ANN201 - an ArtifactSet (imported lazily: ferry.testing stays unloaded)
+    from ferry.testing.artifacts import ArtifactSet
+
+    return ArtifactSet(
+        f"flink-{FLINK_VERSION}",
+        (
+            ("org.apache.flink", "flink-runtime", FLINK_VERSION),
+            ("org.apache.flink", "flink-streaming-java", FLINK_VERSION),
+            ("org.apache.flink", "flink-clients", FLINK_VERSION),
+            ("org.apache.flink", "flink-connector-kafka", KAFKA_CONNECTOR_VERSION),
+            # the connector's pom has it `provided` (a Flink distribution's lib/ holds it)
+            ("org.apache.flink", "flink-connector-base", FLINK_VERSION),
+        ),
+    )
