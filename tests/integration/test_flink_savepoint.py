@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -206,3 +207,37 @@ def test_control_old_savepoint_on_the_destination_is_wrong(world, executed):
         f"lost {sum((world['produced'] - delivered).values())}"
     )
     assert delivered != world["produced"]
+
+
+def test_other_metadata_versions_are_refused_in_one_line(world, tmp_path):
+    """A savepoint of Flink 1.x (checkpoint metadata version 3) is refused by the tool, exit 2."""
+    folder = tmp_path / "flink-1-savepoint"
+    folder.mkdir()
+    (folder / "_metadata").write_bytes(struct.pack(">ii", 0x4960672D, 3) + bytes(16))
+    done = run_job("migrate", "--config", world["config"], "--flink-savepoint", folder)
+    assert done.code == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "checkpoint metadata version 3" in errors[0], done.stderr
+    assert "Flink 2.x" in errors[0]
+
+
+def test_into_group_restarts_a_new_uid_from_the_group_exactly(world, executed):
+    """`--into-group`: the translated readers' positions committed to a destination group; the
+    job restarted with a new source uid from that group's offsets (its counts restored from
+    the old savepoint, the old source's state dropped) delivers the rest exactly once."""
+    group = f"{world['topic']}-flink"
+    argv = ("--flink-savepoint", world["savepoint"], "--into-group", group, "--execute")
+    done = run_job("migrate", "--config", world["config"], *argv)
+    assert done.code == 0, done.stderr
+    again = run_job("migrate", "--config", world["config"], *argv, "-o", "json")
+    assert again.code == 0, again.stderr
+    assert {r["group_status"] for r in json.loads(again.stdout)} == {"ALREADY_MIGRATED"}
+    first = sink_lines(world["tmp"] / "sink1")
+    expected = sum(world["produced"].values()) - len(first)
+    sink = world["tmp"] / "sink-group"
+    flink_job.run_until_quiet(world["dst"].bootstrap, f"{world['topic']}-copy", sink,
+                              str(world["savepoint"]), expected, group=group)  # fmt: skip
+    second = sink_lines(sink)
+    assert Counter(v for _k, _c, v in first + second) == world["produced"]
+    last = {key: count for key, count, _v in first + second}
+    assert last == dict(Counter(v.split(",")[0] for v in world["produced"].elements()))

@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "savepoint beside it (PATH-ferry) for `flink run -s` (docs/jobs/flink.md)",
     )
     parser.add_argument(
+        "--into-group",
+        metavar="NAME",
+        help="--flink-savepoint: commit the translated positions to destination group NAME "
+        "instead of writing a new savepoint",
+    )
+    parser.add_argument(
         "--idle",
         metavar="DURATION",
         default="60s",
@@ -63,7 +69,7 @@ def is_requested(args: argparse.Namespace) -> bool:
     is_checkpoint_run = (args.rollback or "").startswith(CHECKPOINT_RUN_PREFIX)
     # and the checkpoint's own options, so that given without --checkpoint they are refused
     is_checkpoint_option = bool(args.allow_data_loss or args.subscribe_pattern is not None)
-    is_flink = bool(getattr(args, "flink_savepoint", None))
+    is_flink = bool(getattr(args, "flink_savepoint", None) or getattr(args, "into_group", None))
     return bool(
         args.positions or args.checkpoint or is_checkpoint_run or is_checkpoint_option or is_flink
     )
@@ -79,7 +85,7 @@ def main(
     from ferry.errors import UsageError
     from ferry.session import start_session
 
-    if getattr(args, "flink_savepoint", None):
+    if getattr(args, "flink_savepoint", None) or getattr(args, "into_group", None):
         from ferry.flink.job import flink_main
 
         return flink_main(args, cfg, progress)

@@ -7,8 +7,9 @@ into `$FERRY_CACHE/flink-<version>/` exactly as the test brokers' jars are
 (`ferry.testing.artifacts.fetch`, which honours `FERRY_MAVEN_MIRROR`), and also serve the
 tests' Flink job (a local mini-cluster: `flink-clients`).
 
-The product needs them at run time, so the set is defined here, not in `ferry.testing`;
-`python -m ferry.testing.artifacts flink` fetches it ahead of time like the other sets.
+The product needs them at run time, so the versions and coordinates are decided here, not in
+`ferry.testing`; `python -m ferry.testing.artifacts flink` fetches them ahead of time like the
+other sets (`make test-slow` does).
 """
 
 from __future__ import annotations
@@ -20,17 +21,12 @@ KAFKA_CONNECTOR_VERSION = f"5.0.0-{FLINK_VERSION.rsplit('.', 1)[0]}"  # 5.0.0-2.
 SUPPORTED_FLINK = ("2.2",)
 
 
-def flink_set():  # noqa: ANN201 - an ArtifactSet (imported lazily: ferry.testing stays unloaded)
-    from ferry.testing.artifacts import ArtifactSet
-
-    return ArtifactSet(
-        f"flink-{FLINK_VERSION}",
-        (
-            ("org.apache.flink", "flink-runtime", FLINK_VERSION),
-            ("org.apache.flink", "flink-streaming-java", FLINK_VERSION),
-            ("org.apache.flink", "flink-clients", FLINK_VERSION),
-            ("org.apache.flink", "flink-connector-kafka", KAFKA_CONNECTOR_VERSION),
-            # the connector's pom has it `provided` (a Flink distribution's lib/ holds it)
-            ("org.apache.flink", "flink-connector-base", FLINK_VERSION),
-        ),
-    )
+# Resolved with their dependencies (Ivy, `ferry.testing.artifacts.FLINK`).
+FLINK_COORDINATES = (
+    ("org.apache.flink", "flink-runtime", FLINK_VERSION),
+    ("org.apache.flink", "flink-streaming-java", FLINK_VERSION),
+    ("org.apache.flink", "flink-clients", FLINK_VERSION),
+    ("org.apache.flink", "flink-connector-kafka", KAFKA_CONNECTOR_VERSION),
+    # the connector's pom has it `provided` (a Flink distribution's lib/ holds it)
+    ("org.apache.flink", "flink-connector-base", FLINK_VERSION),
+)

@@ -1,5 +1,6 @@
-"""`migrate --flink-savepoint PATH [--execute] [--allow-data-loss]`: the options checked and
-the run started (`ferry.flink.savepoint`); `ferry.checkpoint.job` hands it the arguments."""
+"""`migrate --flink-savepoint PATH [--execute] [--allow-data-loss] [--into-group NAME]`: the
+options checked and the run started (`ferry.flink.savepoint`); `ferry.checkpoint.job` hands it
+the arguments."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ NOT_WITH = (
 
 
 def flink_main(args: argparse.Namespace, cfg: FerryConfig, progress: Callable[[str], None]) -> int:
+    if not args.flink_savepoint:
+        raise UsageError("--into-group goes with --flink-savepoint")
     for option in NOT_WITH:
         if getattr(args, option, None):
             given = "--" + option.replace("_", "-")
@@ -40,4 +43,5 @@ def flink_main(args: argparse.Namespace, cfg: FerryConfig, progress: Callable[[s
         args.output,
         progress,
         allow_data_loss=args.allow_data_loss,
+        into_group=getattr(args, "into_group", None),
     )

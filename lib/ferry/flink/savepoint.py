@@ -30,6 +30,7 @@ from ferry.checkpoint import positions as engine
 from ferry.checkpoint.translate import check_source_range
 from ferry.config import FerryConfig
 from ferry.errors import FerryError, UsageError
+from ferry.flink import into_group as into_group_module
 from ferry.flink import positions, tool
 from ferry.migrate.decision import GroupDecision, exit_code
 from ferry.migrate.load import OUTPUT_COLUMNS, ledger_rows, output_rows
@@ -39,6 +40,7 @@ from ferry.write.kill_points import kill_point
 from ferry.write.ledger import PHASE_INTENT, PHASE_OUTCOME, PHASE_PLAN, Ledger, new_run_id
 
 ACTION = "migrate-flink-savepoint"
+DONE = (GroupStatus.COMMITTED, GroupStatus.ALREADY_MIGRATED)
 SUFFIX = "-ferry"  # the new savepoint: PATH-ferry, beside the old one
 MARKER = "ferry-run.json"  # in the new savepoint: written by Ferry, for which run
 
@@ -75,12 +77,13 @@ def flink_savepoint_job(
     progress: Callable[[str], None],
     *,
     allow_data_loss: bool = False,
+    into_group: str | None = None,
 ) -> int:
     folder = savepoint_dir(path)
     target = new_path(folder)
     if folder.name.endswith(SUFFIX) and (folder / MARKER).is_file():
         raise UsageError(f"{folder}: a savepoint Ferry wrote (its positions are the destination's)")
-    if target.exists():
+    if target.exists() and into_group is None:
         return already_written(folder, target, fmt)
     src = kafka.Cluster.from_config(cfg, "source")
     dst = kafka.Cluster.from_config(cfg, "destination")
@@ -106,6 +109,12 @@ def flink_savepoint_job(
         raise UsageError(f"{folder}: topic {topic} is not on the source cluster")
     bounds = kafka.watermarks(src, positions.partitions_of(chosen))
     sets = positions.position_sets(chosen, bounds, str(folder))
+    if into_group is not None:
+        label = into_group_module.check_one_source(chosen, sets, str(folder))
+        if f"{label} {positions.ENUMERATOR}" in sets:
+            print(f"warning: {folder}: {label}'s enumerator has unassigned splits; a group "
+                  "holds only the readers' positions", file=sys.stderr)  # fmt: skip
+        sets = {label: sets[label]}
     readers = {n: s for n, s in sets.items() if n in {c.label for c in chosen}}
     lost = check_source_range(readers, bounds, str(folder))
     plan, decisions = engine.translate(
@@ -123,7 +132,11 @@ def flink_savepoint_job(
     def rows(**values) -> list[dict]:  # noqa: ANN003
         return savepoint_ledger_rows(folder, plan, decisions, dst, **values)
 
-    if is_execute and is_ready:
+    if is_execute and is_ready and into_group is not None:
+        into_group_module.commit_into_group(
+            dst, cfg, into_group, decisions[label], rows, ledger, progress
+        )
+    elif is_execute and is_ready:
         rename = {t: cfg.topics.destination_topic(t) for s in chosen for t in s.topics}
         offsets = {n: d.offsets for n, d in decisions.items()}
         write_plan = positions.write_plan(sources, chosen, offsets, rename)
@@ -136,14 +149,21 @@ def flink_savepoint_job(
         ledger.append(rows(), PHASE_PLAN)
     emit_rows(lambda: output_rows(plan, decisions, None), OUTPUT_COLUMNS, fmt)
     for name, d in sorted(decisions.items()):
-        if not d.is_write and d.status != GroupStatus.COMMITTED:
+        if not d.is_write and d.status not in DONE:
             print(f"not translated: {folder} {name}: {d.message} ({d.status})", file=sys.stderr)
-    if is_execute and is_ready:
+    if is_execute and is_ready and into_group is not None:
+        verb = (
+            f"written to group {into_group} on the destination "
+            f"({decisions[label].status}); restart the job with a new source uid, "
+            f"--allowNonRestoredState and OffsetsInitializer.committedOffsets() over it"
+        )
+    elif is_execute and is_ready:
         verb = f"written to {target}; restart the job with `flink run -s {target}`"
         hint = restart_hint(chosen, cfg, dst.conf.get("bootstrap.servers"))
         print(hint, file=sys.stderr)
     elif is_ready:
-        verb = f"resolved (dry run; --execute writes {target})"
+        writes = f"commits group {into_group}" if into_group else f"writes {target}"
+        verb = f"resolved (dry run; --execute {writes})"
     else:
         verb = "not all resolved: nothing written"
     print_summary(

@@ -30,11 +30,10 @@ class FlinkToolError(FerryError):
 
 
 def flink_classpath() -> str:
-    from ferry.flink.jars import flink_set
-    from ferry.testing.artifacts import ArtifactError, classpath
+    from ferry.testing.artifacts import FLINK, ArtifactError, classpath
 
     try:
-        return classpath(flink_set())
+        return classpath(FLINK)
     except ArtifactError as exc:
         raise FlinkToolError(f"Flink's jars: {exc}") from None
 

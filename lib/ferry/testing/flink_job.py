@@ -42,9 +42,17 @@ def stop_with_savepoint(
 
 
 def run_until_quiet(
-    bootstrap: str, topic: str, sink: Path, restore: str, expect: int, quiet_s: int = 8
+    bootstrap: str,
+    topic: str,
+    sink: Path,
+    restore: str,
+    expect: int,
+    quiet_s: int = 8,
+    group: str | None = None,
 ) -> str:
-    """Run (restored from `restore`) until `sink` holds `expect` more lines and stays quiet
-    `quiet_s` seconds (or 3 × that without them); "DONE n", or raises on the job's failure."""
-    return _run(bootstrap, topic, str(sink), restore, "run", str(expect), str(quiet_s),
+    """Run (restored from `restore`) until `sink` holds `expect` lines and stays quiet
+    `quiet_s` seconds (or 3 × that without them); "DONE n", or raises on the job's failure.
+    `group`: the source under a new uid from that group's committed offsets (`--into-group`)."""
+    extra = [group] if group else []
+    return _run(bootstrap, topic, str(sink), restore, "run", str(expect), str(quiet_s), *extra,
                 timeout_s=600)  # fmt: skip

@@ -9,6 +9,9 @@
  *   BOOTSTRAP TOPIC SINK_FILE RESTORE|- run EXPECT QUIET_S          run until EXPECT lines and
  *                                                                 QUIET_S seconds without a new
  *                                                                 one (or 3 × QUIET_S), cancel
+ * A last argument GROUP restarts the job as `--into-group` asks: the source under a new uid
+ * ("kafka-source-2") from GROUP's committed offsets, the old source's state not restored
+ * (allowNonRestoredState), every other operator's (the counts) restored from RESTORE.
  * Prints "SAVEPOINT path" or "DONE lines"; "FAILED why" and exit 3 when the job fails.
  */
 package ferry.testing.flink;
@@ -46,19 +49,23 @@ public final class FlinkCountJob {
         String mode = args[4];
         Configuration conf = new Configuration();
         conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
+        String group = args.length > 7 ? args[7] : null;
         if (!restore.equals("-")) {
             conf.set(StateRecoveryOptions.SAVEPOINT_PATH, restore);
+            conf.set(StateRecoveryOptions.SAVEPOINT_IGNORE_UNCLAIMED_STATE, group != null);
         }
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(2, conf);
         KafkaSource<String> source = KafkaSource.<String>builder()
                 .setBootstrapServers(bootstrap)
                 .setTopics(topic)
-                .setGroupId("ferry-flink-test")
-                .setStartingOffsets(OffsetsInitializer.earliest())
+                .setGroupId(group != null ? group : "ferry-flink-test")
+                .setStartingOffsets(group != null
+                        ? OffsetsInitializer.committedOffsets()
+                        : OffsetsInitializer.earliest())
                 .setDeserializer(KafkaRecordDeserializationSchema.valueOnly(StringDeserializer.class))
                 .build();
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "kafka")
-                .uid("kafka-source")
+                .uid(group != null ? "kafka-source-2" : "kafka-source")
                 .map(new Slow()).uid("slow")
                 .keyBy(v -> v.split(",", 2)[0])
                 .process(new Count()).uid("counter")
