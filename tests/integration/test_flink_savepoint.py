@@ -218,7 +218,7 @@ def test_other_metadata_versions_are_refused_in_one_line(world, tmp_path):
     assert done.code == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and "checkpoint metadata version 3" in errors[0], done.stderr
-    assert "Flink 2.x" in errors[0]
+    assert "written by Flink 1.x" in errors[0] and "Flink 2.1 and 2.2" in errors[0]
 
 
 def test_into_group_restarts_a_new_uid_from_the_group_exactly(world, executed):

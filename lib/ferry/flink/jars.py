@@ -16,9 +16,8 @@ from __future__ import annotations
 
 FLINK_VERSION = "2.2.0"
 KAFKA_CONNECTOR_VERSION = f"5.0.0-{FLINK_VERSION.rsplit('.', 1)[0]}"  # 5.0.0-2.2
-# The Flink minor versions whose savepoints the tool reads and writes: those the jars above
-# are (checkpoint metadata is read by the version that wrote it or a newer one).
-SUPPORTED_FLINK = ("2.2",)
+# The savepoints the tool reads and writes: checkpoint metadata version 6, which Flink 2.1
+# and 2.2 write (2.0 writes 5, with connector 4.0); it refuses others (FerrySavepointTool).
 
 
 # Resolved with their dependencies (Ivy, `ferry.testing.artifacts.FLINK`).

@@ -66,7 +66,7 @@ import org.apache.flink.util.StringUtils;
 import org.apache.kafka.common.TopicPartition;
 
 public final class FerrySavepointTool {
-    /** The checkpoint metadata format Flink 2.x writes (and this tool writes back). */
+    /** The checkpoint metadata format Flink 2.1 and 2.2 write (and this tool writes back). */
     static final int SUPPORTED_METADATA_VERSION = MetadataV6Serializer.VERSION;
     /** SourceOperator.SPLITS_STATE_DESC (package-private there): the readers' split list. */
     static final String READER_STATE = "SourceReaderState";
@@ -110,7 +110,6 @@ public final class FerrySavepointTool {
         }
         try (DataInputStream in =
                 new DataInputStream(location.getMetadataHandle().openInputStream())) {
-            in.mark(8);
             int magic = in.readInt();
             int version = in.readInt();
             if (magic != Checkpoints.HEADER_MAGIC_NUMBER) {
@@ -118,9 +117,9 @@ public final class FerrySavepointTool {
             }
             if (version != SUPPORTED_METADATA_VERSION) {
                 throw new ToolError(path + ": checkpoint metadata version " + version
-                        + " (written by Flink 1.x or another version): Ferry reads Flink 2.x "
-                        + "savepoints (metadata version " + SUPPORTED_METADATA_VERSION
-                        + "; its tool runs Flink " + org.apache.flink.runtime.util.EnvironmentInformation.getVersion() + ")");
+                        + " (" + writtenBy(version) + "): Ferry reads and writes version "
+                        + SUPPORTED_METADATA_VERSION + " (Flink 2.1 and 2.2; its tool runs Flink "
+                        + org.apache.flink.runtime.util.EnvironmentInformation.getVersion() + ")");
             }
         }
         try (DataInputStream in =
@@ -128,6 +127,13 @@ public final class FerrySavepointTool {
             return new Loaded(location.getExternalPointer(),
                     Checkpoints.loadCheckpointMetadata(in, LOADER, location.getExternalPointer()));
         }
+    }
+
+    static String writtenBy(int version) {
+        if (version == 5) {
+            return "written by Flink 2.0";
+        }
+        return version < 5 ? "written by Flink 1.x" : "written by a Flink newer than 2.2";
     }
 
     /** The readers' splits of one subtask, or null when its state is not a Kafka source's. */
