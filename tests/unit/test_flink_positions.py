@@ -96,3 +96,18 @@ def test_a_source_mixing_selected_and_other_topics_is_refused():
         positions.selected(mixed, cfg, "sp")
     only_other = positions.sources_of(described(kafka_source([split("other", 0, 1)])))
     assert positions.selected(only_other, cfg, "sp") == []
+
+
+def test_savepoint_paths_local_only_and_the_new_one_beside_the_old(tmp_path):
+    from ferry.flink.savepoint import new_path, savepoint_dir, temp_path
+
+    folder = tmp_path / "savepoint-ab12-cd34"
+    folder.mkdir()
+    with pytest.raises(UsageError, match="no _metadata"):
+        savepoint_dir(str(folder))
+    (folder / "_metadata").write_bytes(b"x")
+    assert savepoint_dir(f"file://{folder}/_metadata") == folder.resolve()
+    with pytest.raises(UsageError, match="local or mounted paths"):
+        savepoint_dir("hdfs:///savepoints/savepoint-ab12-cd34")
+    assert new_path(folder) == tmp_path / "savepoint-ab12-cd34-ferry"
+    assert temp_path(folder) == tmp_path / ".savepoint-ab12-cd34-ferry.tmp"
