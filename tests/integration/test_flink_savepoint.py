@@ -27,11 +27,12 @@ from pathlib import Path
 import pytest
 
 from ferry.flink import tool
+from ferry.flink.savepoint import ACTION
 from ferry.testing import flink_job
 from ferry.testing.produce import Record, create_topics, delete_records, produce
 from ferry.testing.replicate import read_all
 
-from .jobrunner import run_job, write_migrate_config
+from .jobrunner import ledger_rows, run_job, write_migrate_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -166,6 +167,11 @@ def test_rerun_writes_the_new_savepoint_once(world, executed):
     assert "ALREADY_MIGRATED" in executed["again"].stdout
     assert tree_digest(world["savepoint"]) == executed["before"]
     copy = f"{world['topic']}-copy"
+    # The ledger: the killed run's intent (no outcome), the rerun's intent and outcome.
+    rows = [r for r in ledger_rows(world["tmp"] / "ledger") if r["action"] == ACTION]
+    executed_runs = {r["run_id"] for r in rows if r["is_executed"]}
+    phases = {run: {r["phase"] for r in rows if r["run_id"] == run} for run in executed_runs}
+    assert sorted(map(sorted, phases.values())) == [["intent"], ["intent", "outcome"]], phases
     back = tool.read_savepoint(str(executed["target"]))["sources"][0]
     assert {s["topic"] for s in back["readers"]} == {copy}
     assert {s["topic"] for s in back["enumerator"]["splits"]} == {copy}
