@@ -67,7 +67,7 @@ test-slow: install
 	@command -v Burrow >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q burrow; }
 	@test -x $(AIRFLOW_VENV)/bin/airflow || { $(PYTHON) -m venv $(AIRFLOW_VENV) && \
 	  $(AIRFLOW_VENV)/bin/pip install -q apache-airflow==$(AIRFLOW_VERSION); }
-	$(PY) -m ferry.testing.artifacts kafka-3.9 spark-packages
+	$(PY) -m ferry.testing.artifacts kafka-3.9 flink spark-packages
 	status=0; \
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
 	  -m 'slow and not alone and not cluster and not faults' || status=$$?; \

@@ -27,6 +27,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="translate a Structured Streaming checkpoint's Kafka offsets (any Hadoop path)",
     )
     parser.add_argument(
+        "--flink-savepoint",
+        metavar="PATH",
+        help="translate a Flink savepoint's KafkaSource positions; --execute writes a new "
+        "savepoint beside it (PATH-ferry) for `flink run -s` (docs/jobs/flink.md)",
+    )
+    parser.add_argument(
+        "--into-group",
+        metavar="NAME",
+        help="--flink-savepoint: commit the translated positions to destination group NAME "
+        "instead of writing a new savepoint",
+    )
+    parser.add_argument(
         "--idle",
         metavar="DURATION",
         default="60s",
@@ -75,7 +87,10 @@ def is_requested(args: argparse.Namespace) -> bool:
         or getattr(args, "sources", None) is not None
         or args.query_stopped
     )
-    return bool(args.positions or args.checkpoint or is_checkpoint_run or is_checkpoint_option)
+    is_flink = bool(getattr(args, "flink_savepoint", None) or getattr(args, "into_group", None))
+    return bool(
+        args.positions or args.checkpoint or is_checkpoint_run or is_checkpoint_option or is_flink
+    )
 
 
 def main(
@@ -88,6 +103,10 @@ def main(
     from ferry.errors import UsageError
     from ferry.session import start_session
 
+    if getattr(args, "flink_savepoint", None) or getattr(args, "into_group", None):
+        from ferry.flink.job import flink_main
+
+        return flink_main(args, cfg, progress)
     if args.positions and args.checkpoint:
         raise UsageError("--positions and --checkpoint are two separate runs: give one")
     if args.positions and (args.execute or args.rollback):

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from ferry.flink.jars import FLINK_COORDINATES, FLINK_VERSION
+
 KAFKA_VERSION = "4.3.1"
 LOG4J_VERSION = "2.25.4"  # the log4j2 Kafka 4.3.1 is built with; its slf4j binding for our logs
 
@@ -86,6 +88,10 @@ HADOOP = ArtifactSet(
     ),
     types=("jar", "bundle", "test-jar"),
 )
+
+# Flink and its Kafka connector: `migrate --flink-savepoint`'s tool and the tests' Flink job
+# (the versions are the product's: ferry.flink.jars). Not fetched by `make install`.
+FLINK = ArtifactSet(f"flink-{FLINK_VERSION}", FLINK_COORDINATES)
 
 SETS = {"kafka": KAFKA, "mm2": MM2, "kafka-3.9": KAFKA_39, "hadoop": HADOOP}
 SPARK_PACKAGES = "spark-packages"  # not a set of ours: Spark's own Ivy cache (spark_packages)
@@ -230,7 +236,7 @@ def spark_packages() -> Path:
 
 def main(argv: list[str]) -> int:
     names = argv or list(SETS)
-    known = [*SETS, SPARK_PACKAGES]
+    known = [*SETS, "flink", SPARK_PACKAGES]
     unknown = [n for n in names if n not in known]
     if unknown:
         print(f"error: unknown artifact set {unknown[0]!r} (known: {', '.join(known)})")
@@ -239,6 +245,8 @@ def main(argv: list[str]) -> int:
         for name in names:
             if name == SPARK_PACKAGES:
                 print(f"{name}: {spark_packages()}")
+            elif name == "flink":
+                print(f"{FLINK.name}: {fetch(FLINK, quiet=True)}")
             else:
                 print(f"{SETS[name].name}: {fetch(SETS[name], quiet=True)}")
     except ArtifactError as exc:
