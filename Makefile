@@ -16,7 +16,7 @@ $(STAMP): setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "error: Python 3.10 or newer is required")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[spark,test]'
 	@# Apache Kafka's jars for the test and demo clusters, fetched once into ~/.cache/ferry
 	@# (FERRY_CACHE moves it; FERRY_MAVEN_MIRROR resolves from a company mirror instead).
 	$(PY) -m ferry.testing.artifacts kafka mm2
@@ -61,12 +61,18 @@ test: install
 # talk to Kafka 4), whose jars are fetched once like 4.3.1's.
 # Airflow (the loader of docs/airflow/ferry_cutover.py, tests/integration/test_airflow_dag.py)
 # goes into a virtualenv of its own in ~/.cache/ferry, once: 74 s on 2 busy cores.
+# A Connect-only client (pyspark-client, the shape of a Databricks serverless task's Python)
+# gets a virtualenv of its own there too, once; tests/integration/test_connect_client.py
+# installs this checkout's Ferry into it at each run and checks nothing pulls the full PySpark.
 AIRFLOW_VERSION := 3.3.2
 AIRFLOW_VENV := $(or $(FERRY_CACHE),$(HOME)/.cache/ferry)/airflow-$(AIRFLOW_VERSION)
+CLIENT_VENV := $(or $(FERRY_CACHE),$(HOME)/.cache/ferry)/pyspark-client-4.2.0-venv
 test-slow: install
 	@command -v Burrow >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q burrow; }
 	@test -x $(AIRFLOW_VENV)/bin/airflow || { $(PYTHON) -m venv $(AIRFLOW_VENV) && \
 	  $(AIRFLOW_VENV)/bin/pip install -q apache-airflow==$(AIRFLOW_VERSION); }
+	@test -x $(CLIENT_VENV)/bin/python || { $(PYTHON) -m venv $(CLIENT_VENV) && \
+	  $(CLIENT_VENV)/bin/pip install -q pyspark-client==4.2.0 'setuptools>=70.1'; }
 	$(PY) -m ferry.testing.artifacts kafka-3.9 flink spark-packages
 	status=0; \
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \

@@ -81,16 +81,25 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def version_line() -> str:
-    """What `--version` prints: Ferry's version and the PySpark it runs on."""
+    """What `--version` prints: Ferry's version and the PySpark it runs on: the installed
+    distribution that brings it (`pyspark`, `pyspark-client`, `databricks-connect`), else the
+    version the importable one says (a cluster's container runs Spark's own pyspark.zip)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from ferry.version import ferry_version
 
+    for dist in ("pyspark", "pyspark-client", "databricks-connect"):
+        try:
+            return f"ferry {ferry_version()} ({dist} {version(dist)})"
+        except PackageNotFoundError:
+            continue
     try:
-        pyspark = version("pyspark")
-    except PackageNotFoundError:
-        pyspark = "unknown"  # a cluster's container runs Spark's own pyspark.zip
-    return f"ferry {ferry_version()} (pyspark {pyspark})"
+        import pyspark
+
+        found = getattr(pyspark, "__version__", "unknown")
+    except ImportError:
+        found = "not installed"
+    return f"ferry {ferry_version()} (pyspark {found})"
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, output: bool = True) -> None:

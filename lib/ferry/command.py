@@ -7,6 +7,10 @@ session, with no JVM in this process (docs/connect.md); without, the session the
 gives (a Databricks job's, a notebook's) or a local one, as a job run directly starts
 (ferry.session). `--remote` and `--conf` may come before JOB or among its options; `--conf`
 sets the session's settings (a Connect session's own, or the local Spark's).
+
+`--version` and `--help` need no Spark at all. A job needs a PySpark: a Connect client
+(`pyspark-client`, Databricks Connect) for `--remote`, the full PySpark (`ferry[spark]`) for a
+local session; without the one it needs, one line naming it (exit 2, `ferry.runtime`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ferry.errors import EXIT_OK, EXIT_USAGE
+from ferry.errors import EXIT_OK, EXIT_USAGE, UsageError
 
 USAGE = "usage: ferry [--remote sc://HOST:PORT] [--conf K=V ...] JOB [JOB OPTIONS]"
 # The options the command takes for itself, wherever they are given (each takes a value).
@@ -70,21 +74,24 @@ def jobs_list() -> str:
     return " ".join(sorted(JOBS))
 
 
-def job_main(name: str) -> Callable[[list[str]], int]:
-    """The `main` of the job `name` (its module in ferry.jobs)."""
+def job_module(name: str) -> str:
+    """The module of the job `name` in ferry.jobs (not imported: it imports PySpark)."""
     from ferry.jobs import JOBS
 
     module_name = JOBS.get(name)
     if module_name is None:
         raise CommandLineError(f"unknown job '{name}' (jobs: {jobs_list()}; see --help)")
-    return importlib.import_module(module_name).main
+    return module_name
+
+
+def job_main(name: str) -> Callable[[list[str]], int]:
+    """The `main` of the job `name` (its module in ferry.jobs)."""
+    return importlib.import_module(job_module(name)).main
 
 
 def prepare(argv: Sequence[str]) -> tuple[Callable[[list[str]], int], list[str]] | int:
     """The job's main and its arguments, with the session asked for; or the exit code of a
     command line that runs no job (help, version, a usage error, said on stderr)."""
-    from ferry.session import request_settings
-
     try:
         own, rest = split_own_options(argv)
         conf = settings(own["--conf"])
@@ -99,6 +106,9 @@ def prepare(argv: Sequence[str]) -> tuple[Callable[[list[str]], int], list[str]]
             return EXIT_OK
         if rest[0].startswith("-"):
             raise CommandLineError(f"unknown option {rest[0]} (before JOB: --remote, --conf)")
+        job_module(rest[0])
+        remote = bool(own["--remote"] or os.environ.get("SPARK_REMOTE"))
+        _require_spark(remote)
         main = job_main(rest[0])
         if own["--remote"]:
             url = own["--remote"][-1]
@@ -107,11 +117,28 @@ def prepare(argv: Sequence[str]) -> tuple[Callable[[list[str]], int], list[str]]
                     f"--remote takes a Spark Connect URL (sc://HOST:PORT/;token=...), got '{url}'"
                 )
             os.environ["SPARK_REMOTE"] = url  # ferry.session builds a Connect session
+        from ferry.session import request_settings
+
         request_settings(conf)
         return main, rest[1:]
-    except CommandLineError as exc:
+    except (CommandLineError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _require_spark(remote: bool) -> None:
+    """The PySpark this run needs is here: any (a Connect client) with --remote or on
+    Databricks, the full one for a local session; else one line naming what to install."""
+    from ferry import runtime
+
+    if not runtime.has_module("pyspark.sql"):
+        raise UsageError(
+            "no PySpark here: install a Spark Connect client for --remote (pip install "
+            f"'pyspark-client>=4.0', or Databricks Connect) or '{runtime.SPARK_EXTRA}'"
+        )
+    runtime.check_client_version()
+    if not remote and not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        runtime.require_classic()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -3,7 +3,9 @@
 A Connect session (`ferry --remote sc://...`, $SPARK_REMOTE, Databricks serverless and
 standard access mode) has no JVM in this process: `spark.sparkContext` raises
 JVM_ATTRIBUTE_NOT_SUPPORTED. So the job descriptions are job tags, the Delta jars are told by
-the session's settings, the default parallelism is read from a plan, and a failure of the
+the session's settings, the default parallelism is read from a plan, whether the session
+caches is asked once (`can_cache`: Databricks serverless refuses `persist`), every setting is
+read through `setting` (a server may refuse to say one), and a failure of the
 server's Python workers to import Ferry or its Kafka client is said in one line
 (`missing_module_line`): the data source and the Arrow functions run in the *server's*
 Python workers (docs/connect.md).
@@ -118,15 +120,50 @@ def tag_operations(spark, text: str) -> None:  # noqa: ANN001 - a Connect SparkS
         pass
 
 
+def setting(spark, key: str, default: str | None = None) -> str | None:  # noqa: ANN001
+    """A session setting, or `default` where it is unset or the server will not say (Databricks
+    serverless answers only the settings it supports, and refuses the rest): a setting Ferry
+    reads only informs it, and must never fail a run. Any session, classic or Connect."""
+    try:
+        value = spark.conf.get(key, default)
+    except Exception:  # noqa: BLE001 - refused, unknown: the default
+        return default
+    return default if value is None else str(value)
+
+
 def has_delta(spark) -> bool:  # noqa: ANN001 - a Connect SparkSession
     """Whether a Connect server writes Delta itself: its session extensions name Delta's, or
-    it is Databricks' (Delta built in). Asked once per session."""
+    it is Databricks' (Delta built in: a Databricks task's Python, which has
+    $DATABRICKS_RUNTIME_VERSION, or a server with Databricks' cluster tags). Asked once per
+    session; a setting the server refuses to say counts as unset."""
+    import os
+
     known = getattr(spark, "_ferry_has_delta", None)
     if known is None:
-        extensions = spark.conf.get("spark.sql.extensions", "") or ""
-        databricks = spark.conf.get("spark.databricks.clusterUsageTags.clusterId", "") or ""
-        known = DELTA_EXTENSION in extensions or bool(databricks)
+        extensions = setting(spark, "spark.sql.extensions", "") or ""
+        databricks = bool(os.environ.get("DATABRICKS_RUNTIME_VERSION")) or bool(
+            setting(spark, "spark.databricks.clusterUsageTags.clusterId", "")
+        )
+        known = DELTA_EXTENSION in extensions or databricks
         spark._ferry_has_delta = known
+    return bool(known)
+
+
+def can_cache(spark) -> bool:  # noqa: ANN001 - a Connect SparkSession
+    """Whether the server caches this session's DataFrames: asked once per session by caching
+    an empty range and releasing it (two analysis round trips, no job). Databricks serverless
+    refuses `persist` (NOT_SUPPORTED_WITH_SERVERLESS); its newest environments run the query
+    at once instead, which for an empty range costs nothing."""
+    known = getattr(spark, "_ferry_can_cache", None)
+    if known is None:
+        try:
+            probe = spark.range(0)
+            probe.persist()
+            probe.unpersist()
+            known = True
+        except Exception:  # noqa: BLE001 - any refusal: run without caching
+            known = False
+        spark._ferry_can_cache = known
     return bool(known)
 
 
@@ -136,7 +173,10 @@ def parallelism(spark) -> int:  # noqa: ANN001 - a Connect SparkSession
     round trip (no job), asked once per session."""
     known = getattr(spark, "_ferry_parallelism", None)
     if known is None:
-        plan = spark.range(1)._explain_string(mode="simple")
+        try:
+            plan = spark.range(1)._explain_string(mode="simple")
+        except Exception:  # noqa: BLE001 - a server that will not explain: one split
+            plan = ""
         found = re.search(r"splits=(\d+)", plan)
         known = int(found.group(1)) if found else 1
         spark._ferry_parallelism = known

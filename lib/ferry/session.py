@@ -9,6 +9,10 @@ file, as spark-submit.sh does. With $SPARK_REMOTE set (`ferry --remote sc://...`
 is a Spark Connect one: no JVM in this process, so everything here that would ask the JVM
 (the log level, job descriptions, the Delta jars, the parallelism) asks the session instead
 (`is_connect`, docs/connect.md).
+
+Nothing here imports PySpark's classic half (`SparkContext`, Py4J) until a classic session is
+built: the base install runs on a Connect-only client (`pyspark-client`, Databricks Connect).
+What Spark a run needs is checked as the session is built (`ferry.runtime`).
 """
 
 from __future__ import annotations
@@ -21,14 +25,22 @@ import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from ferry import connect
 from ferry.connect import is_connect
+from ferry.runtime import (
+    can_cache,
+    check_client_version,
+    check_server_version,
+    require_classic,
+)
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
 
 T = TypeVar("T")
 
@@ -88,10 +100,13 @@ def build_session(app_name: str = "ferry") -> SparkSession:
     """Return the active session, or build one: under spark-submit from its settings, with
     $SPARK_REMOTE a Spark Connect session, run directly with Ferry's. $FERRY_SPARK_LOG sets
     Spark's log level (default: WARN, in the log file named by $FERRY_LOG_FILE)."""
+    check_client_version()
     spark = SparkSession.getActiveSession()
     if spark is None and not _under_spark_submit() and remote_url():
         spark = _connect(remote_url() or "", app_name)
     if spark is None:
+        if not os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+            require_classic()
         if os.environ.get("FERRY_DEPLOY_MODE") == "cluster":
             # spark.submit.pyFiles names the library zip by its path on the submitting
             # machine; YARN already put the localized copy on this driver's path, so PySpark's
@@ -108,6 +123,7 @@ def build_session(app_name: str = "ferry") -> SparkSession:
         level = os.environ.get("FERRY_SPARK_LOG")
         if level and not is_connect(spark):
             spark.sparkContext.setLogLevel(level)
+    check_server_version(spark)
     _describe_session(spark)
     # The ferry-kafka data source is registered by its first read (ferry.kafka.source):
     # registering starts a Python worker that small runs, which read on the driver, skip.
@@ -162,7 +178,10 @@ def cache_in_background(df: DataFrame) -> Callable[[], None]:
     aggregate) on a cold JVM, and the step's query waited for them (2,000 groups: 0.7 s). The
     write selects no column: the cache is still built whole, but the scan after it (a job of
     its own under adaptive execution) reads only its row counts instead of decoding every
-    column (10,000 groups: 0.63 s of task time, now 0.13 s)."""
+    column (10,000 groups: 0.63 s of task time, now 0.13 s). A session that cannot cache
+    (`can_cache`) gets nothing to wait for: its queries plan `df` each time."""
+    if not can_cache(df.sparkSession):
+        return lambda: None
     df.persist()
     return in_background("ferry-cache", df.select().write.format("noop").mode("overwrite").save)
 
@@ -175,7 +194,7 @@ def in_background(name: str, fn: Callable[..., T], *args: object) -> Callable[[]
     description = _description
 
     def run() -> T:
-        context = SparkContext._active_spark_context
+        context = _active_context()
         if context is not None:
             _describe(context, description)
         elif _connect_session is not None:
@@ -216,11 +235,21 @@ def describe_jobs(text: str) -> None:
     ferry.cli's Progress calls this with every progress line."""
     global _description
     _description = text
-    context = SparkContext._active_spark_context
+    context = _active_context()
     if context is not None and getattr(context, "_jsc", None) is not None:
         _describe(context)
     elif _connect_session is not None:
         _tag(_connect_session)
+
+
+def _active_context() -> SparkContext | None:
+    """The classic SparkContext running in this process, or None: none started, or no classic
+    PySpark installed (a Connect-only client, where `pyspark` has no SparkContext)."""
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return None
+    return SparkContext._active_spark_context
 
 
 def _describe_session(spark: SparkSession) -> None:
@@ -271,6 +300,8 @@ def _under_spark_submit() -> bool:
 def _submitted(app_name: str) -> SparkSession.Builder:
     """Builder for a driver that spark-submit started: its settings live in spark-submit's
     JVM, which a SparkConf sees only once the gateway is up."""
+    from pyspark import SparkConf, SparkContext
+
     SparkContext._ensure_initialized()
     conf = SparkConf()
     builder = SparkSession.builder

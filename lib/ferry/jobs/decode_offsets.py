@@ -40,6 +40,7 @@ from ferry.cli import (
 from ferry.config import load_config, require
 from ferry.errors import EXIT_OK, UsageError
 from ferry.offsets_topic import decode, tables
+from ferry.runtime import keep, release
 from ferry.session import build_session
 from ferry.write.ledger import new_run_id
 
@@ -87,8 +88,9 @@ def main(argv: list[str]) -> int:
     if args.read_from == "latest-snapshot":
         decoded_df = tables.filter_latest_per_key(decoded_df)
     # Counted once and written three times: keep the decoded rows instead of reading the
-    # topic again for each table.
-    decoded_df = decoded_df.persist(StorageLevel.MEMORY_AND_DISK)
+    # topic again for each table (where the session caches: else the same bounded ranges are
+    # read again, the same records).
+    decoded_df = keep(decoded_df, StorageLevel.MEMORY_AND_DISK)
     try:
         counts = tables.kind_counts(decoded_df)
         progress(f"decoded {sum(n for n, _ in counts.values())} records; writing")
@@ -102,7 +104,7 @@ def main(argv: list[str]) -> int:
             for select, path in outputs
         }
     finally:
-        decoded_df.unpersist()
+        release(decoded_df)
 
     paths = {
         decode.KIND_OFFSET_COMMIT: cfg.offsets.commits_path,

@@ -26,6 +26,8 @@ from pyspark.sql import DataFrame
 from ferry.kafka.cluster import Cluster
 from ferry.kafka.reader import OffsetRange, RangeReader, arrow_batches, arrow_schema, total_offsets
 from ferry.kafka.source import output_schema, read_with_spark
+from ferry.runtime import can_cache
+from ferry.runtime import keep as keep_df
 from ferry.session import SparkOrLater, arrow_df, session_of
 
 
@@ -55,9 +57,14 @@ def read(
     )
     if df is None:
         return arrow_df(session_of(spark), table, output_schema(columns, bool(hash_fields)))
-    if keep:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    if keep and can_cache(df.sparkSession):
+        df = keep_df(df, StorageLevel.MEMORY_AND_DISK)
         df.count()  # the Spark read runs now, once, into its cache
+    elif keep:
+        # A session that cannot cache (Databricks serverless): read once all the same, its
+        # rows brought here as Arrow and handed back as a local DataFrame, so that every use
+        # sees the same records, not a second read of a log that may have moved on.
+        df = arrow_df(df.sparkSession, df.toArrow(), df.schema)
     return df
 
 

@@ -39,6 +39,7 @@ from ferry.migrate.frontier import (
 )
 from ferry.migrate.lookups import anchor_positions
 from ferry.migrate.ranges import RangeBook
+from ferry.runtime import keep, release
 from ferry.session import local_df
 
 SLICES_SCHEMA = StructType(
@@ -110,7 +111,7 @@ def reconcile_frontiers(
         read["source"] += n
         progress(f"reconcile: source: step {step}, read {n} offsets")
         src_df = union_records(spark, src_parts)
-        copies_df = copies.with_copies(dst_df, src_df, mapping).persist()
+        copies_df = keep(copies.with_copies(dst_df, src_df, mapping))
         copied, newest = replication.replication_read(
             replication.with_replication(copies_df).collect()
         )
@@ -122,7 +123,7 @@ def reconcile_frontiers(
         placed_rows = placement.with_placement(
             copies_df, groups_df, m.window_before_ms, m.window_after_ms
         ).collect()
-        copies_df.unpersist()
+        release(copies_df)
         if full or not _widen(dst, frontiers, placed_rows, disc, step):
             break
     missing = replication.missing_records(

@@ -21,6 +21,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from ferry import connect
 from ferry.config import FerryConfig
 from ferry.kafka.cluster import Cluster
 from ferry.keys import TopicPartitionKey
@@ -54,6 +55,7 @@ from ferry.migrate.model import (
 from ferry.migrate.ranges import RangeBook
 from ferry.migrate.reconcile import plan_reconciled
 from ferry.migrate.slices import collected, in_anchor_order
+from ferry.runtime import release
 from ferry.session import (
     SparkOrLater,
     arrow_df,
@@ -295,7 +297,7 @@ def match_positions(
         resolved = found.table
     done = inputs()
     done.anchors_cached()
-    done.anchors_df.unpersist()
+    release(done.anchors_df)
     return resolved
 
 
@@ -318,10 +320,11 @@ def _match_inputs(
     spark = session_of(spark)
     held = anchors_table(table, at, read, segments)
     anchors_df = arrow_df(spark, held, ANCHORS_SCHEMA)
-    n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    n = shuffle_partitions(spark)
 
     def by_position(df: DataFrame) -> DataFrame:
-        return df.repartition(n, *matching.ANCHOR_KEYS)
+        keys = matching.ANCHOR_KEYS
+        return df.repartition(n, *keys) if n else df.repartition(*keys)
 
     if cached:
         anchors_df = by_position(anchors_df)
@@ -333,6 +336,19 @@ def _match_inputs(
         (lambda df: df) if cached else by_position,
         held,
     )
+
+
+def shuffle_partitions(spark: SparkSession) -> int | None:
+    """The session's `spark.sql.shuffle.partitions` as a number, or None where it is not one
+    (Databricks' `auto`: its adaptive execution picks a count per shuffle) or the server will
+    not say: a repartition then names no count, and the session's own choice is the same for
+    each query, so the cached anchors stay partitioned as the queries over them expect."""
+    value = connect.setting(spark, "spark.sql.shuffle.partitions")
+    try:
+        n = int(value or "")
+    except ValueError:
+        return None
+    return n if n > 0 else None
 
 
 def _match_windows(

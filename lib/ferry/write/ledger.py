@@ -114,11 +114,12 @@ def provenance(spark: SparkSession) -> dict[str, str]:
     session has no context to ask: the server's application id is its `spark.app.id`, and
     the user is the one the server runs the session's queries as (`current_user()`, on
     Databricks the workspace user)."""
+    from ferry.connect import setting
     from ferry.session import is_connect
     from ferry.version import ferry_version
 
     if is_connect(spark):
-        app_id = spark.conf.get("spark.app.id", None) or ""
+        app_id = setting(spark, "spark.app.id") or ""
         try:
             user = str(spark.sql("SELECT current_user()").first()[0] or "")  # type: ignore[index]
         except Exception:  # noqa: BLE001 - a missing user must not stop a write

@@ -314,11 +314,12 @@ def run_rollback(
     wrong cluster."""
     from ferry import delta
     from ferry.errors import UsageError
+    from ferry.runtime import keep, release
 
     if not delta.exists(ledger_path):
         raise UsageError(f"no ledger at ledger.path {ledger_path}")
     progress(f"reading run {run_id}'s writes from the ledger")
-    own_df = ledger.read_run_writes(spark, ledger_path, run_id).persist()
+    own_df = keep(ledger.read_run_writes(spark, ledger_path, run_id))
     changed = {r.cluster for r in own_df.select("cluster").distinct().collect()}
     here = cluster.conf.get("bootstrap.servers")
     if changed and changed != {here}:
@@ -328,7 +329,7 @@ def run_rollback(
         )
     others_df = ledger.read_other_writes(spark, ledger_path, run_id, here)
     history = run_history(own_df, others_df, run_id)
-    own_df.unpersist()
+    release(own_df)
     progress(f"run {run_id}: {len(history.rows)} rows of writes")
     plan = rollback_plan(history, run_id)
     if not plan:
