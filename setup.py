@@ -12,6 +12,13 @@ setup(
     description="Exact Kafka consumer-group offset migration and group tooling as PySpark jobs",
     package_dir={"": "lib"},
     packages=find_packages("lib"),
+    # Not Python, read at run time: the Flink savepoint tool's Java source (compiled by Ferry on
+    # first use, lib/ferry/flink/tool.py), the tests' Java peers, the shipped env's launcher.
+    package_data={
+        "ferry": ["env_python.sh"],
+        "ferry.flink": ["java/*.java"],
+        "ferry.testing": ["*.java", "flink_job/*.java"],
+    },
     python_requires=">=3.10",
     # `ferry JOB [options]`: the jobs of ./spark-submit.sh, also through Spark Connect
     # (--remote sc://...; lib/ferry/command.py, docs/connect.md)
