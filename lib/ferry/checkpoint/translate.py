@@ -4,9 +4,11 @@ by `migrate`'s engine, and (`--execute`) its offsets files rewritten in place.
 Read: every offsets file Spark reads when the query restarts (`offsets_log.choose_batches`:
 the newest batch, the one before it, and the newest committed one), each Kafka source line a
 position set (`ferry.checkpoint.positions`) named `offsets/N source I`. What earlier runs
-left decides first (`ferry.checkpoint.runs`): a translation in place, or one the query has
-run on since, is ALREADY_MIGRATED (exit 0); one a killed run left half written is finished;
-one the query wrote past on the source is refused (exit 1). Then refused before anything is
+left decides first (`ferry.checkpoint.runs`, acted on by `ferry.checkpoint.earlier`): a
+translation of the same move in place, or one the query has run on since, is
+ALREADY_MIGRATED (exit 0); one that moved the checkpoint to the config's source is planned
+afresh; one a killed run left half written is finished, a half-ended abort ended; one the
+query wrote past on the source is refused (exit 1). Then refused before anything is
 planned: a checkpoint whose newest batch or commit is younger than `--idle` (its query may be
 running), one whose Kafka lines already name destination topics Ferry did not write, or whose
 positions lie past the source's end (they are not the source's). A position below the
@@ -24,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ferry import kafka
-from ferry.checkpoint import offsets_log, positions, rewrite, runs
+from ferry.checkpoint import earlier, offsets_log, positions, rewrite, runs
 from ferry.checkpoint.offsets_log import CheckpointFormatError, OffsetsFile
 from ferry.checkpoint.restart import restart_hint
 from ferry.checkpoint.rewrite import LogsSeen
@@ -39,7 +41,7 @@ from ferry.output import emit_rows, print_summary
 from ferry.status import GroupStatus
 from ferry.write.ledger import PHASE_PLAN, Ledger, new_run_id
 
-ACTION = "migrate-checkpoint"
+ACTION = earlier.ACTION
 RUN_PREFIX = f"{ACTION}-"  # run ids of checkpoint runs start so (`--rollback` tells them apart)
 
 
@@ -219,15 +221,25 @@ def checkpoint_job(
     progress(cp.choice.restart())
     # What earlier runs left decides first: on a schedule, the query runs on the destination
     # by now, and the idle check would call it busy.
-    last = runs.last_run(cp.store, cp.choice.newest, cp.current)
+    last, age_s = last_run(cp), cp.seen.age_s
+    if last is not None and last.state == RunState.ABORTING:
+        # Its query ran during its write: the originals go back before anything else.
+        earlier.end_abort(spark, cp, last, cfg, is_execute, progress)
+        aborted, cp = last, read_checkpoint(spark, path, idle_s)
+        last = last_run(cp)
+        # Putting the originals back dated the newest offsets files: the commits tell then.
+        is_dated = cp.choice.newest in aborted.originals
+        age_s = cp.seen.commit_age_s if is_dated else cp.seen.age_s
+    if last is not None:
+        last = earlier.against_config(cp, last, cfg, src, dst, progress)
     if last is not None and last.state != RunState.PARTIAL:
-        return earlier_run(cp, last, fmt)
+        return earlier.earlier_run(cp, last, fmt)
     if last is not None:
         # The killed run rewrote the newest offsets files itself, which dates them now: a
         # query still running would show as a commit, or a newer batch (RAN_ON_SOURCE).
         check_idle(cp.store.root, cp.choice.newest, cp.seen.commit_age_s, idle_s)
-        return finish_run(spark, cp, last, cfg, is_execute, fmt, progress)
-    check_idle(cp.store.root, cp.choice.newest, cp.seen.age_s, idle_s)
+        return earlier.finish_run(spark, cp, last, cfg, is_execute, fmt, progress)
+    check_idle(cp.store.root, cp.choice.newest, age_s, idle_s)
     kafka.check_reachable(src)
     src_topics = kafka.list_topics(src)
     sets, warnings = position_sets(cp, cfg, src_topics)
@@ -235,6 +247,10 @@ def checkpoint_job(
         print(f"warning: {warning}", file=sys.stderr)
     if not sets:
         raise CheckpointFormatError(f"{cp.store.root}: no Kafka source the config selects")
+    earlier.check_ledger(spark, cfg, cp)
+    topics = {t for s in sets.values() for t, _ in s}
+    if (note := earlier.unchecked_note(cfg, topics)) is not None:
+        progress(note)
     bounds = kafka.watermarks(src, {tp for s in sets.values() for tp in s})
     read = {n: s for n, s in sets.items() if batch_of(n) in cp.choice.read_from}
     lost = check_source_range(read, bounds, cp.store.root)
@@ -262,6 +278,7 @@ def checkpoint_job(
                 cp, plan, decisions, dst, status="COMMITTED", is_committed=True
             ),
             progress,
+            run_record(cp, cfg, src, dst, topics),
         )
         for d in decisions.values():
             d.status = GroupStatus.COMMITTED
@@ -292,59 +309,17 @@ def checkpoint_job(
     return exit_code({n: d.status for n, d in decisions.items()})
 
 
-def earlier_run(cp: Checkpoint, run: runs.RunFiles, fmt: str) -> int:
-    """A checkpoint an earlier run translated: done (exit 0), or refused (exit 1) when the
-    query wrote past the translation on the source, or a file changed since."""
-    root = cp.store.root
-    if run.state == RunState.RAN_ON_SOURCE:
-        raise FerryError(
-            f"{root}: batch {cp.choice.newest} was written after run {run.run_id} translated "
-            f"the checkpoint, and it does not go on from the translation ({run.why}): the "
-            "query ran on the source after Ferry translated, so it was not stopped; nothing "
-            f"written. Stop it, put the originals back (--rollback {run.run_id} --execute) "
-            "and run again"
-        )
-    if run.state == RunState.CHANGED:
-        raise FerryError(
-            f"{root}: {run.why} of run {run.run_id}: the checkpoint changed since (a hand edit, "
-            "or a query on it); nothing written"
-        )
-    emit_rows(lambda: [], OUTPUT_COLUMNS, fmt)
-    print_summary(
-        f"{root}: ALREADY_MIGRATED by run {run.run_id} (its translated offsets are in place, "
-        "or the query ran on them since); nothing written",
-        fmt,
-    )
-    return 0
+def last_run(cp: Checkpoint) -> runs.RunFiles | None:
+    """The newest earlier run with its state (`ferry.checkpoint.runs`)."""
+    listing = (cp.seen.offsets, cp.seen.commits)
+    return runs.last_run(cp.store, cp.choice.newest, cp.current, listing)
 
 
-def finish_run(
-    spark,  # noqa: ANN001
-    cp: Checkpoint,
-    run: runs.RunFiles,
-    cfg: FerryConfig,
-    is_execute: bool,
-    fmt: str,
-    progress: Callable[[str], None],
-) -> int:
-    """A run killed between its files: its remaining translations written (`--execute`),
-    or said (a dry run). Its translations still hold: the files it had not reached are the
-    very originals it translated."""
-    files = ", ".join(offsets_name(b) for b in run.remaining)
-    ledger = Ledger(spark, cfg.ledger.path, new_run_id(ACTION), ACTION, is_execute)
-    if is_execute:
-        rewrite.finish(cp.store, cp.seen, run, ledger, progress)
-        verb = f"rewritten: run {run.run_id}, killed before its outcome, finished"
-    else:
-        rows = rewrite.file_rows(cp.store, run.remaining, "READY", f"finishing run {run.run_id}")
-        ledger.append(rows, PHASE_PLAN)
-        verb = (
-            f"still the originals: run {run.run_id} was killed before its outcome; --execute "
-            "writes its translations"
-        )
-    emit_rows(lambda: [], OUTPUT_COLUMNS, fmt)
-    print_summary(f"{cp.store.root}: {files} {verb}; run {ledger.run_id}", fmt)
-    return 0
+def run_record(cp: Checkpoint, cfg: FerryConfig, src, dst, topics: set[str]) -> runs.RunRecord:  # noqa: ANN001
+    """What this run's `ready` records: the clusters' ids, the rename, the logs' listing."""
+    rename = {t: cfg.topics.destination_topic(t) for t in topics}
+    move = runs.Move.of(kafka.cluster_id(src), kafka.cluster_id(dst), rename)
+    return runs.RunRecord(move, cp.seen.offsets, cp.seen.commits)
 
 
 def checkpoint_ledger_rows(cp: Checkpoint, plan: Plan, decisions, dst, **values) -> list[dict]:  # noqa: ANN001

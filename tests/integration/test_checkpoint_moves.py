@@ -1,0 +1,264 @@
+"""`migrate --checkpoint` over several runs, judged by real Structured Streaming queries (Spark's
+own Kafka connector, `ferry.testing.streaming`): a checkpoint moved A→B, run on B, then moved
+back B→A (failback), and a run that found its query running while it wrote (aborted), then
+the next scheduled run.
+
+One world: two clusters, topics of the **same names** on both (MirrorMaker 2's
+IdentityReplicationPolicy: only the run's records tell a translated file), records copied
+between them by `ferry.testing.replicate` (keys chosen so that each record keeps its
+partition, as MirrorMaker 2 does). `fb` (failback): B held 9 records of its own per partition
+before the copies, so B's offsets are 9 higher than A's for A's records, and records produced
+on B while the query ran there are copied back to A. `ab` (aborted run): B's copy lacks A's
+first 6 records per partition (B's offsets 6 lower: the case where the query's source batch
+goes on from the translation). Every record must reach the query's sink exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ferry.testing.produce import Record, create_topics, produce
+from ferry.testing.replicate import destination_partition, read_all, replicate
+from ferry.testing.streaming import Query, run_queries, sink_values, start_running, stop_running
+
+from .jobrunner import ROOT, ledger_rows, run_job, write_migrate_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PARTITIONS = 2
+FIRST = 30  # records per partition the query reads on A before the first move
+OLD = 9  # fb: B's own records per partition before the copies (never the query's)
+MISSING = 6  # ab: A's first records per partition B's copy lacks
+KEYS = {  # four keys per partition that the default partitioner puts there
+    p: [k for k in (f"k{i}".encode() for i in range(200)) if destination_partition(k, 2, 0) == p][
+        :4
+    ]
+    for p in range(PARTITIONS)
+}
+
+
+def records(topic: str, origin: str, partition: int, start: int, n: int) -> list[Record]:
+    """Records whose value names their topic, the cluster they were produced on, partition
+    and number."""
+    return [
+        Record(KEYS[partition][i % 4], f"{topic}-{origin}-{partition}-{i}".encode())
+        for i in range(start, start + n)
+    ]
+
+
+def produce_on(cluster, topic: str, origin: str, start: int, n: int) -> None:  # noqa: ANN001
+    for p in range(PARTITIONS):
+        produce(cluster.config, topic, p, records(topic, origin, p, start, n))
+
+
+def copy(frm, to, topic: str, keep) -> None:  # noqa: ANN001
+    """The records of `frm`'s topic that `keep(record)` selects, copied to `to`'s topic of the
+    same name, each to its own partition, in order, timestamps kept."""
+    chosen = [r for r in read_all(frm.config, topic) if keep(r)]
+    mapping = replicate(frm.config, topic, to.config, topic, PARTITIONS, records=chosen)
+    assert all(src[0] == dst[0] for src, dst in mapping.items()), "a record changed partition"
+
+
+def value(r) -> str:  # noqa: ANN001 - a SourceRecord
+    return (r.value or b"").decode()
+
+
+class World:
+    def __init__(self, a, b, tmp: Path) -> None:  # noqa: ANN001 - LocalBrokers
+        stamp = int(time.time() * 1000) % 10**8
+        self.a, self.b, self.tmp = a, b, tmp
+        self.u = f"mv{stamp}"
+        self.ledger = str(tmp / "ledger")
+        self.configs = {}
+        for name, (src, dst) in {"AB": (a, b), "BA": (b, a), "AA": (a, a)}.items():
+            folder = tmp / f"config-{name}"
+            folder.mkdir()
+            self.configs[name] = write_migrate_config(
+                folder, src, dst, self.u, ledger={"path": self.ledger}
+            )
+
+    def topic(self, short: str) -> str:
+        return f"{self.u}-{short}"
+
+    def checkpoint(self, short: str) -> Path:
+        return self.tmp / short / "checkpoint"
+
+    def query(self, short: str, on, **kwargs) -> Query:  # noqa: ANN001, ANN003
+        return Query(
+            name=f"{short}-{'A' if on is self.a else 'B'}-{len(kwargs)}",
+            bootstrap=on.bootstrap,
+            topic=self.topic(short),
+            checkpoint=str(self.checkpoint(short)),
+            sink=str(self.tmp / short / "sink"),
+            max_offsets_per_trigger=20,
+            **kwargs,
+        )
+
+    def migrate(self, config: str, short: str, *extra: str):  # noqa: ANN201
+        return run_job(
+            "migrate", "--config", self.configs[config], "--checkpoint",
+            str(self.checkpoint(short)), "--idle", "0s", *extra,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def world(clusters, tmp_path_factory):
+    a, b = clusters
+    world = World(a, b, tmp_path_factory.mktemp("checkpoint-moves"))
+    fb, ab = world.topic("fb"), world.topic("ab")
+    create_topics(a.config, {fb: PARTITIONS, ab: PARTITIONS})
+    create_topics(b.config, {fb: PARTITIONS, ab: PARTITIONS})
+    produce_on(b, fb, "old", 0, OLD)
+    produce_on(a, fb, "A", 0, FIRST)
+    produce_on(a, ab, "A", 0, FIRST)
+    copy(a, b, fb, lambda r: True)
+    copy(a, b, ab, lambda r: r.offset >= MISSING)
+    outcome = run_queries(world.tmp / "runs", [world.query("fb", a), world.query("ab", a)])
+    assert set(outcome.values()) == {None}, outcome
+    return world
+
+
+def newest_positions(path: Path) -> tuple[int, dict[int, int]]:
+    """The newest offsets file's batch and its one Kafka line's positions."""
+    newest = max(int(p.name) for p in (path / "offsets").iterdir() if p.name.isdigit())
+    line = (path / "offsets" / str(newest)).read_text().split("\n")[2]
+    (parts,) = json.loads(line).values()
+    return newest, {int(p): o for p, o in parts.items()}
+
+
+def exactly_once(world: World, short: str, expected: Counter) -> None:
+    seen = sink_values(str(world.tmp / short / "sink"))
+    missing, repeated = expected - seen, seen - expected
+    assert not missing and not repeated, (
+        f"{sum(missing.values())} missing ({sorted(missing)[:4]}), "
+        f"{sum(repeated.values())} repeated or foreign ({sorted(repeated)[:4]})"
+    )
+
+
+def test_failback_a_to_b_to_a_delivers_every_record_exactly_once(world):
+    """A→B (exact), the query runs on B (on A's records copied there and B's own), then B→A
+    with the config's clusters swapped: translated from the positions the query reached on B.
+    Before, the second run read the first run's translation under the newer batches as "the
+    query ran on the translation": exit 0, ALREADY_MIGRATED, B's offsets left for A."""
+    a, b, fb = world.a, world.b, world.topic("fb")
+    produce_on(a, fb, "A", FIRST, 10)
+    copy(a, b, fb, lambda r: int(value(r).rsplit("-", 1)[1]) >= FIRST and "-A-" in value(r))
+    there = world.migrate("AB", "fb", "--execute")
+    assert there.code == 0, there.stdout + there.stderr
+    # The checkpoint is on B now: a config from A (to anywhere) is refused, one line.
+    elsewhere = world.migrate("AA", "fb")
+    assert elsewhere.code == 1 and "not where the checkpoint is" in elsewhere.stderr, (
+        elsewhere.stdout + elsewhere.stderr
+    )
+
+    produce_on(b, fb, "B", 0, 8)  # produced on B while the query runs there
+    outcome = run_queries(world.tmp / "runs", [world.query("fb", b)])
+    assert outcome == {"fb-B-0": None}, outcome
+    _, on_b = newest_positions(world.checkpoint("fb"))
+    ends = {p: OLD + FIRST + 10 + 8 for p in range(PARTITIONS)}
+    assert on_b == ends, "the query on B did not read to B's end"
+    produce_on(b, fb, "B", 8, 5)  # after the query stopped on B
+    copy(b, a, fb, lambda r: "-B-" in value(r))  # B's own records reach A
+
+    back = world.migrate("BA", "fb", "--execute")
+    said = back.stdout + back.stderr
+    assert back.code == 0, said
+    assert "ALREADY_MIGRATED" not in back.stdout, f"B's offsets left for A: {said[-1500:]}"
+    _, translated = newest_positions(world.checkpoint("fb"))
+    # the next record on B (B's 9th own record) is at FIRST + 10 + 8 on A
+    assert translated == {p: FIRST + 10 + 8 for p in range(PARTITIONS)}, said[-1500:]
+    again = world.migrate("BA", "fb", "--execute")
+    assert again.code == 0 and "ALREADY_MIGRATED" in again.stdout, again.stdout + again.stderr
+
+    outcome = run_queries(world.tmp / "runs", [world.query("fb", a)])
+    assert outcome == {"fb-A-0": None}, outcome
+    expected = Counter(
+        (r.key.decode(), value(r))
+        for r in read_all(a.config, fb)  # A's own and B's copied back: every record once
+    )
+    assert sum(expected.values()) == PARTITIONS * (FIRST + 10 + 8 + 5)
+    exactly_once(world, "fb", expected)
+
+
+def migrate_held(world: World, release: Path) -> subprocess.Popen:
+    """`migrate --execute` A→B of `ab` in a process of its own, held after its first offsets
+    file is rewritten until `release` exists (`ferry.write.kill_points.hold_point`)."""
+    command = [
+        sys.executable, str(ROOT / "jobs" / "migrate.py"), "--config", world.configs["AB"],
+        "--checkpoint", str(world.checkpoint("ab")), "--idle", "0s", "--execute",
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "FERRY_HOLD_AT": "checkpoint.file",
+        "FERRY_HOLD_UNTIL": str(release),
+        "FERRY_MASTER": "local[1]",
+    }
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for(what: str, done, process=None, timeout_s: float = 300) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert process is None or process.poll() is None, f"stopped before {what}"
+        assert time.monotonic() < deadline, f"no {what}"
+        time.sleep(0.3)
+
+
+def test_an_aborted_run_then_the_next_scheduled_run_translates_afresh(world):
+    """The query runs on A while Ferry writes: a batch appears, the originals go back, exit 1,
+    the run marked aborted in its folder and the ledger. The query stops; the same command
+    again translates afresh (before: exit 0 ALREADY_MIGRATED over source offsets, the aborted
+    run's `ready` read as a translation) and the restarted query is exact."""
+    a, b, ab = world.a, world.b, world.topic("ab")
+    path = world.checkpoint("ab")
+    start, _ = newest_positions(path)
+    running = start_running(world.tmp / "runs", [world.query("ab", a, trigger="1")])
+    try:
+        produce_on(a, ab, "A", FIRST, 5)
+        wait_for("batch from the running query", (path / "commits" / str(start + 1)).exists)
+        copy(a, b, ab, lambda r: int(value(r).rsplit("-", 1)[1]) >= FIRST)
+        release = world.tmp / "release-ab"
+        process = migrate_held(world, release)
+        wait_for("hold", Path(f"{release}.held").exists, process)
+        produce_on(a, ab, "A", FIRST + 5, 5)  # the running query writes a batch now
+        wait_for("batch during the write", (path / "commits" / str(start + 2)).exists, process)
+        release.touch()
+        out, err = process.communicate(timeout=300)
+    finally:
+        stop_running(running)
+    assert process.returncode == 1, out + err
+    assert "its query is running" in err, err[-1500:]
+    copy(a, b, ab, lambda r: int(value(r).rsplit("-", 1)[1]) >= FIRST + 5)
+
+    again = world.migrate("AB", "ab", "--execute")
+    said = again.stdout + again.stderr
+    assert "ALREADY_MIGRATED" not in again.stdout, f"source offsets left: {said[-1500:]}"
+    assert again.code == 0, said
+    _, translated = newest_positions(path)
+    # the query read A to its end (FIRST + 10); B's copy lacks A's first MISSING records
+    assert translated == {p: FIRST + 10 - MISSING for p in range(PARTITIONS)}, said[-1500:]
+    (aborted,) = [
+        d.name
+        for d in (path / "ferry").iterdir()
+        if (d / "aborted").exists() and (d / "aborting").exists()
+    ]
+    statuses = {r["status"] for r in ledger_rows(world.ledger) if r["run_id"] == aborted}
+    assert "ABORTED" in statuses and "COMMITTED" not in statuses, statuses
+
+    produce_on(a, ab, "A", FIRST + 10, 4)
+    copy(a, b, ab, lambda r: int(value(r).rsplit("-", 1)[1]) >= FIRST + 10)
+    outcome = run_queries(world.tmp / "runs", [world.query("ab", b)])
+    assert outcome == {"ab-B-0": None}, outcome
+    expected = Counter((r.key.decode(), value(r)) for r in read_all(a.config, ab))
+    assert sum(expected.values()) == PARTITIONS * (FIRST + 14)
+    exactly_once(world, "ab", expected)
