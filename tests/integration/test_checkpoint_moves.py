@@ -10,13 +10,16 @@ partition, as MirrorMaker 2 does). `fb` (failback): B held 9 records of its own 
 before the copies, so B's offsets are 9 higher than A's for A's records, and records produced
 on B while the query ran there are copied back to A. `ab` (aborted run): B's copy lacks A's
 first 6 records per partition (B's offsets 6 lower: the case where the query's source batch
-goes on from the translation). Every record must reach the query's sink exactly once.
+goes on from the translation). Every record must reach the query's sink exactly once. Three
+Spark applications: the queries on A; `fb` on B beside `ab` running on A (while Ferry
+writes); both restarted at the end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,7 +32,7 @@ from ferry.testing.produce import Record, create_topics, produce
 from ferry.testing.replicate import destination_partition, read_all, replicate
 from ferry.testing.streaming import Query, run_queries, sink_values, start_running, stop_running
 
-from .jobrunner import ROOT, ledger_rows, run_job, write_migrate_config
+from .jobrunner import ROOT, JobResult, ledger_rows, run_job, write_migrate_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -143,49 +146,23 @@ def exactly_once(world: World, short: str, expected: Counter) -> None:
     )
 
 
-def test_failback_a_to_b_to_a_delivers_every_record_exactly_once(world):
-    """A→B (exact), the query runs on B (on A's records copied there and B's own), then B→A
-    with the config's clusters swapped: translated from the positions the query reached on B.
-    Before, the second run read the first run's translation under the newer batches as "the
-    query ran on the translation": exit 0, ALREADY_MIGRATED, B's offsets left for A."""
-    a, b, fb = world.a, world.b, world.topic("fb")
-    produce_on(a, fb, "A", FIRST, 10)
-    copy(a, b, fb, lambda r: int(value(r).rsplit("-", 1)[1]) >= FIRST and "-A-" in value(r))
-    there = world.migrate("AB", "fb", "--execute")
-    assert there.code == 0, there.stdout + there.stderr
-    # The checkpoint is on B now: a config from A (to anywhere) is refused, one line.
-    elsewhere = world.migrate("AA", "fb")
-    assert elsewhere.code == 1 and "not where the checkpoint is" in elsewhere.stderr, (
-        elsewhere.stdout + elsewhere.stderr
-    )
+def run_id(result: JobResult) -> str:
+    """The run id a checkpoint run's summary names."""
+    found = re.search(r"run (migrate-checkpoint-[^;\s]+)", result.stdout)
+    return found.group(1) if found else "none"
 
-    produce_on(b, fb, "B", 0, 8)  # produced on B while the query runs there
-    outcome = run_queries(world.tmp / "runs", [world.query("fb", b)])
-    assert outcome == {"fb-B-0": None}, outcome
-    _, on_b = newest_positions(world.checkpoint("fb"))
-    ends = {p: OLD + FIRST + 10 + 8 for p in range(PARTITIONS)}
-    assert on_b == ends, "the query on B did not read to B's end"
-    produce_on(b, fb, "B", 8, 5)  # after the query stopped on B
-    copy(b, a, fb, lambda r: "-B-" in value(r))  # B's own records reach A
 
-    back = world.migrate("BA", "fb", "--execute")
-    said = back.stdout + back.stderr
-    assert back.code == 0, said
-    assert "ALREADY_MIGRATED" not in back.stdout, f"B's offsets left for A: {said[-1500:]}"
-    _, translated = newest_positions(world.checkpoint("fb"))
-    # the next record on B (B's 9th own record) is at FIRST + 10 + 8 on A
-    assert translated == {p: FIRST + 10 + 8 for p in range(PARTITIONS)}, said[-1500:]
-    again = world.migrate("BA", "fb", "--execute")
-    assert again.code == 0 and "ALREADY_MIGRATED" in again.stdout, again.stdout + again.stderr
+def wait_for(what: str, done, alive=None, timeout_s: float = 300) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert alive is None or alive(), f"stopped before {what}"
+        assert time.monotonic() < deadline, f"no {what}"
+        time.sleep(0.3)
 
-    outcome = run_queries(world.tmp / "runs", [world.query("fb", a)])
-    assert outcome == {"fb-A-0": None}, outcome
-    expected = Counter(
-        (r.key.decode(), value(r))
-        for r in read_all(a.config, fb)  # A's own and B's copied back: every record once
-    )
-    assert sum(expected.values()) == PARTITIONS * (FIRST + 10 + 8 + 5)
-    exactly_once(world, "fb", expected)
+
+def index(r) -> int:  # noqa: ANN001 - a SourceRecord
+    """The record's number on the cluster it was produced on."""
+    return int(value(r).rsplit("-", 1)[1])
 
 
 def migrate_held(world: World, release: Path) -> subprocess.Popen:
@@ -206,59 +183,133 @@ def migrate_held(world: World, release: Path) -> subprocess.Popen:
     )
 
 
-def wait_for(what: str, done, process=None, timeout_s: float = 300) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert process is None or process.poll() is None, f"stopped before {what}"
-        assert time.monotonic() < deadline, f"no {what}"
-        time.sleep(0.3)
+@pytest.fixture(scope="module")
+def moved(world):
+    """Both stories up to the final restart (module docstring); what each run said."""
+    a, b, fb, ab = world.a, world.b, world.topic("fb"), world.topic("ab")
+    out: dict = {}
+    # fb: A→B, then a config from A (the checkpoint is on B now)
+    produce_on(a, fb, "A", FIRST, 10)
+    copy(a, b, fb, lambda r: index(r) >= FIRST and "-A-" in value(r))
+    out["there"] = world.migrate("AB", "fb", "--execute")
+    if out["there"].code != 0:
+        pytest.fail(f"A→B: exit {out['there'].code}: {out['there'].stderr[-2000:]}")
+    out["elsewhere"] = world.migrate("AA", "fb")
+    produce_on(b, fb, "B", 0, 8)  # produced on B while the query runs there
+    ends = {p: OLD + FIRST + 10 + 8 for p in range(PARTITIONS)}
+    ab_path = world.checkpoint("ab")
+    start, _ = newest_positions(ab_path)
+    # One application: fb's query on B reads what is there and stops; ab's runs on A.
+    app = start_running(
+        world.tmp / "runs",
+        [world.query("fb", b, trigger="available_now"), world.query("ab", a, trigger="1")],
+    )
+    try:
+        fb_path = world.checkpoint("fb")
+        running = lambda: app.poll() is None  # noqa: E731
+        wait_for(
+            "fb read to B's end",
+            lambda: (
+                newest_positions(fb_path)[1] == ends
+                and (fb_path / "commits" / str(newest_positions(fb_path)[0])).exists()
+            ),
+            running,
+            timeout_s=900,
+        )
+        produce_on(a, ab, "A", FIRST, 5)
+        wait_for("ab's batch", (ab_path / "commits" / str(start + 1)).exists, running)
+        copy(a, b, ab, lambda r: index(r) >= FIRST)
+        release = world.tmp / "release-ab"
+        job = migrate_held(world, release)
+        alive = lambda: job.poll() is None  # noqa: E731
+        try:
+            wait_for("the hold", Path(f"{release}.held").exists, alive, timeout_s=900)
+        except AssertionError as exc:
+            job.kill()
+            raise AssertionError(f"{exc}: {job.communicate()[1][-3000:]}") from None
+        produce_on(a, ab, "A", FIRST + 5, 5)  # the running query writes a batch now
+        wait_for("ab's batch during the write", (ab_path / "commits" / str(start + 2)).exists)
+        release.touch()
+        stdout, stderr = job.communicate(timeout=600)
+        out["aborted"] = JobResult(job.returncode, stdout, stderr)
+    finally:
+        stop_running(app)
+    # fb: B's own records copied back to A, then B→A with the config's clusters swapped
+    produce_on(b, fb, "B", 8, 5)  # after the query stopped on B
+    copy(b, a, fb, lambda r: "-B-" in value(r))
+    out["on_b"] = newest_positions(world.checkpoint("fb"))[1]
+    out["back"] = world.migrate("BA", "fb", "--execute")
+    out["fb_translated"] = newest_positions(world.checkpoint("fb"))[1]
+    out["back_again"] = world.migrate("BA", "fb", "--execute")
+    for name, run in (("first", out["there"]), ("second", out["back"])):  # dry runs
+        out[f"rollback_{name}"] = world.migrate("BA", "fb", "--rollback", run_id(run))
+    # ab: the query stopped; the same command again
+    copy(a, b, ab, lambda r: index(r) >= FIRST + 5)
+    out["ab_again"] = world.migrate("AB", "ab", "--execute")
+    out["ab_translated"] = newest_positions(ab_path)[1]
+    produce_on(a, ab, "A", FIRST + 10, 4)
+    copy(a, b, ab, lambda r: index(r) >= FIRST + 10)
+    to_run = [world.query("fb", a), world.query("ab", b)]
+    out["restarted"] = run_queries(world.tmp / "runs", to_run)
+    return out
 
 
-def test_an_aborted_run_then_the_next_scheduled_run_translates_afresh(world):
+def test_failback_a_to_b_to_a_delivers_every_record_exactly_once(world, moved):
+    """A→B (exact), the query runs on B (on A's records copied there and B's own), then B→A
+    with the config's clusters swapped: translated from the positions the query reached on B.
+    Before, the second run read the first run's translation under the newer batches as "the
+    query ran on the translation": exit 0, ALREADY_MIGRATED, B's offsets left for A."""
+    there, elsewhere = moved["there"], moved["elsewhere"]
+    assert there.code == 0, there.stdout + there.stderr
+    # The checkpoint is on B after the first move: a config from A is refused, one line.
+    assert elsewhere.code == 1, elsewhere.stdout + elsewhere.stderr
+    assert "not where the checkpoint is" in elsewhere.stderr, elsewhere.stderr
+    assert moved["on_b"] == {p: OLD + FIRST + 10 + 8 for p in range(PARTITIONS)}
+    back = moved["back"]
+    said = back.stdout + back.stderr
+    assert back.code == 0, said
+    assert "ALREADY_MIGRATED" not in back.stdout, f"B's offsets left for A: {said[-1500:]}"
+    # the next record on B (B's 9th own record) is at FIRST + 10 + 8 on A
+    assert moved["fb_translated"] == {p: FIRST + 10 + 8 for p in range(PARTITIONS)}, said
+    again = moved["back_again"]
+    assert again.code == 0 and "ALREADY_MIGRATED" in again.stdout, again.stdout + again.stderr
+    # --rollback: the newest run first (the first run's originals under the second's would
+    # mix two moves)
+    first, second = moved["rollback_first"], moved["rollback_second"]
+    assert first.code == 1 and "roll it back first" in first.stderr, first.stdout + first.stderr
+    assert second.code == 0 and "would be restored" in second.stdout, second.stderr
+    assert moved["restarted"]["fb-A-0"] is None, moved["restarted"]
+    fb = world.topic("fb")
+    # A's own records and B's copied back: every record once
+    expected = Counter((r.key.decode(), value(r)) for r in read_all(world.a.config, fb))
+    assert sum(expected.values()) == PARTITIONS * (FIRST + 10 + 8 + 5)
+    exactly_once(world, "fb", expected)
+
+
+def test_an_aborted_run_then_the_next_scheduled_run_translates_afresh(world, moved):
     """The query runs on A while Ferry writes: a batch appears, the originals go back, exit 1,
     the run marked aborted in its folder and the ledger. The query stops; the same command
     again translates afresh (before: exit 0 ALREADY_MIGRATED over source offsets, the aborted
     run's `ready` read as a translation) and the restarted query is exact."""
-    a, b, ab = world.a, world.b, world.topic("ab")
-    path = world.checkpoint("ab")
-    start, _ = newest_positions(path)
-    running = start_running(world.tmp / "runs", [world.query("ab", a, trigger="1")])
-    try:
-        produce_on(a, ab, "A", FIRST, 5)
-        wait_for("batch from the running query", (path / "commits" / str(start + 1)).exists)
-        copy(a, b, ab, lambda r: int(value(r).rsplit("-", 1)[1]) >= FIRST)
-        release = world.tmp / "release-ab"
-        process = migrate_held(world, release)
-        wait_for("hold", Path(f"{release}.held").exists, process)
-        produce_on(a, ab, "A", FIRST + 5, 5)  # the running query writes a batch now
-        wait_for("batch during the write", (path / "commits" / str(start + 2)).exists, process)
-        release.touch()
-        out, err = process.communicate(timeout=300)
-    finally:
-        stop_running(running)
-    assert process.returncode == 1, out + err
-    assert "its query is running" in err, err[-1500:]
-    copy(a, b, ab, lambda r: int(value(r).rsplit("-", 1)[1]) >= FIRST + 5)
-
-    again = world.migrate("AB", "ab", "--execute")
+    aborted = moved["aborted"]
+    assert aborted.code == 1, aborted.stdout + aborted.stderr
+    assert "its query is running" in aborted.stderr, aborted.stderr[-1500:]
+    again = moved["ab_again"]
     said = again.stdout + again.stderr
     assert "ALREADY_MIGRATED" not in again.stdout, f"source offsets left: {said[-1500:]}"
     assert again.code == 0, said
-    _, translated = newest_positions(path)
     # the query read A to its end (FIRST + 10); B's copy lacks A's first MISSING records
-    assert translated == {p: FIRST + 10 - MISSING for p in range(PARTITIONS)}, said[-1500:]
-    (aborted,) = [
+    assert moved["ab_translated"] == {p: FIRST + 10 - MISSING for p in range(PARTITIONS)}, said
+    path = world.checkpoint("ab")
+    (run_id,) = [
         d.name
         for d in (path / "ferry").iterdir()
         if (d / "aborted").exists() and (d / "aborting").exists()
     ]
-    statuses = {r["status"] for r in ledger_rows(world.ledger) if r["run_id"] == aborted}
+    statuses = {r["status"] for r in ledger_rows(world.ledger) if r["run_id"] == run_id}
     assert "ABORTED" in statuses and "COMMITTED" not in statuses, statuses
-
-    produce_on(a, ab, "A", FIRST + 10, 4)
-    copy(a, b, ab, lambda r: int(value(r).rsplit("-", 1)[1]) >= FIRST + 10)
-    outcome = run_queries(world.tmp / "runs", [world.query("ab", b)])
-    assert outcome == {"ab-B-0": None}, outcome
-    expected = Counter((r.key.decode(), value(r)) for r in read_all(a.config, ab))
+    assert moved["restarted"]["ab-B-0"] is None, moved["restarted"]
+    ab = world.topic("ab")
+    expected = Counter((r.key.decode(), value(r)) for r in read_all(world.a.config, ab))
     assert sum(expected.values()) == PARTITIONS * (FIRST + 14)
     exactly_once(world, "ab", expected)
