@@ -228,9 +228,11 @@ def replace(
     run): the query found running aborts the run (`abort`: every file of `run_originals`,
     default `current`, back to its original; `record_outcome(why)` gives the ledger's
     step)."""
-    check_unchanged(store, seen, current, "during this run")
     written: list[int] = []
     try:
+        # Found running before the first file, a run is aborted too (nothing to put back):
+        # left `ready` alone, its query's next batch could read later as run on its translation.
+        check_unchanged(store, seen, current, "during this run")
         for batch, data in files.items():
             written.append(batch)
             store.write_verified(offsets_name(batch), data)
