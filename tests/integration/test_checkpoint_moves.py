@@ -146,6 +146,16 @@ def exactly_once(world: World, short: str, expected: Counter) -> None:
     )
 
 
+def caught_up(path: Path, ends: dict[int, int]):  # noqa: ANN201 - a condition
+    """Whether the query's newest batch read to `ends` and is committed."""
+
+    def done() -> bool:
+        newest, positions = newest_positions(path)
+        return positions == ends and (path / "commits" / str(newest)).exists()
+
+    return done
+
+
 def run_id(result: JobResult) -> str:
     """The run id a checkpoint run's summary names."""
     found = re.search(r"run (migrate-checkpoint-[^;\s]+)", result.stdout)
@@ -198,7 +208,6 @@ def moved(world):
     produce_on(b, fb, "B", 0, 8)  # produced on B while the query runs there
     ends = {p: OLD + FIRST + 10 + 8 for p in range(PARTITIONS)}
     ab_path = world.checkpoint("ab")
-    start, _ = newest_positions(ab_path)
     # One application: fb's query on B reads what is there and stops; ab's runs on A.
     app = start_running(
         world.tmp / "runs",
@@ -207,17 +216,10 @@ def moved(world):
     try:
         fb_path = world.checkpoint("fb")
         running = lambda: app.poll() is None  # noqa: E731
-        wait_for(
-            "fb read to B's end",
-            lambda: (
-                newest_positions(fb_path)[1] == ends
-                and (fb_path / "commits" / str(newest_positions(fb_path)[0])).exists()
-            ),
-            running,
-            timeout_s=900,
-        )
+        wait_for("fb read to B's end", caught_up(fb_path, ends), running, timeout_s=900)
         produce_on(a, ab, "A", FIRST, 5)
-        wait_for("ab's batch", (ab_path / "commits" / str(start + 1)).exists, running)
+        at = {p: FIRST + 5 for p in range(PARTITIONS)}
+        wait_for("ab read to A's end", caught_up(ab_path, at), running)
         copy(a, b, ab, lambda r: index(r) >= FIRST)
         release = world.tmp / "release-ab"
         job = migrate_held(world, release)
@@ -228,7 +230,8 @@ def moved(world):
             job.kill()
             raise AssertionError(f"{exc}: {job.communicate()[1][-3000:]}") from None
         produce_on(a, ab, "A", FIRST + 5, 5)  # the running query writes a batch now
-        wait_for("ab's batch during the write", (ab_path / "commits" / str(start + 2)).exists)
+        at = {p: FIRST + 10 for p in range(PARTITIONS)}
+        wait_for("ab's batches during the write", caught_up(ab_path, at), running)
         release.touch()
         stdout, stderr = job.communicate(timeout=600)
         out["aborted"] = JobResult(job.returncode, stdout, stderr)
@@ -262,9 +265,6 @@ def test_failback_a_to_b_to_a_delivers_every_record_exactly_once(world, moved):
     query ran on the translation": exit 0, ALREADY_MIGRATED, B's offsets left for A."""
     there, elsewhere = moved["there"], moved["elsewhere"]
     assert there.code == 0, there.stdout + there.stderr
-    # The checkpoint is on B after the first move: a config from A is refused, one line.
-    assert elsewhere.code == 1, elsewhere.stdout + elsewhere.stderr
-    assert "not where the checkpoint is" in elsewhere.stderr, elsewhere.stderr
     assert moved["on_b"] == {p: OLD + FIRST + 10 + 8 for p in range(PARTITIONS)}
     back = moved["back"]
     said = back.stdout + back.stderr
@@ -272,6 +272,9 @@ def test_failback_a_to_b_to_a_delivers_every_record_exactly_once(world, moved):
     assert "ALREADY_MIGRATED" not in back.stdout, f"B's offsets left for A: {said[-1500:]}"
     # the next record on B (B's 9th own record) is at FIRST + 10 + 8 on A
     assert moved["fb_translated"] == {p: FIRST + 10 + 8 for p in range(PARTITIONS)}, said
+    # The checkpoint was on B after the first move: a config from A was refused, one line.
+    assert elsewhere.code == 1, elsewhere.stdout + elsewhere.stderr
+    assert "not where the checkpoint is" in elsewhere.stderr, elsewhere.stderr
     again = moved["back_again"]
     assert again.code == 0 and "ALREADY_MIGRATED" in again.stdout, again.stdout + again.stderr
     # --rollback: the newest run first (the first run's originals under the second's would
