@@ -130,6 +130,8 @@ class GroupStatus(_Named):
     UNKNOWN = "UNKNOWN"  # sent, but whether it landed could not be learned
     # a checkpoint position below the source's log start: records lost before it was read
     DATA_LOSS = "DATA_LOSS"
+    # A checkpoint run that found its query running while it wrote: the originals are back.
+    ABORTED = "ABORTED"
     # a rollback's (docs/jobs/migrate.md#rollback)
     RESTORED = "RESTORED"  # written back to the offsets it had before the run
     ALREADY_RESTORED = "ALREADY_RESTORED"  # found at them (an earlier try, or never written)

@@ -400,7 +400,7 @@ def test_a_batch_that_appears_during_the_run_stops_it_before_any_write(
     copied_topic, tmp_path, monkeypatch
 ):
     """The query is running: a batch lands while Ferry plans. Nothing is rewritten; the
-    intent is in the ledger, without an outcome."""
+    intent is in the ledger, and the run's outcome says it was aborted (in its folder too)."""
     from ferry.checkpoint import positions
 
     topic, config = copied_topic
@@ -422,7 +422,11 @@ def test_a_batch_that_appears_during_the_run_stops_it_before_any_write(
     now = offsets_files(path)
     assert {k: v for k, v in now.items() if k != "6"} == before
     phases = Counter(r["phase"] for r in ledger_rows(tmp_path / "ledger"))
-    assert phases["intent"] == 4 and phases["outcome"] == 0, phases
+    assert phases["intent"] == 4 and phases["outcome"] == 2, phases
+    outcomes = {r["status"] for r in ledger_rows(tmp_path / "ledger") if r["phase"] == "outcome"}
+    assert outcomes == {"ABORTED"}, outcomes
+    (run,) = (path / "ferry").iterdir()
+    assert (run / "aborted").exists()
 
 
 def test_a_run_stopped_between_its_files_is_finished_by_the_next_and_rolled_back(

@@ -20,11 +20,11 @@ from ferry.checkpoint.offsets_log import (
     render_offsets_file,
     translated_line,
 )
+from ferry.checkpoint.reading import Checkpoint
 from ferry.checkpoint.restart import restart_hint
 from ferry.checkpoint.sets import check_source_range, new_files, stand_in
 from ferry.checkpoint.sources import SourcePlan, check_fit, pick
 from ferry.checkpoint.start_offsets import Read, parse_start_offsets, start_reads
-from ferry.checkpoint.translate import Checkpoint
 from ferry.errors import FerryError, UsageError
 from ferry.migrate.decision import GroupDecision
 from ferry.status import GroupStatus

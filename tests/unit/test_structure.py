@@ -304,10 +304,13 @@ def test_the_inactive_rule_is_defined_once_in_status():
 
 # Where a regex is matched against names, and why there: config's include/exclude
 # (`Selection.matches`, which `ferry.groups.selection` builds on) and, Spark-side, the history
-# table's rows (`lag.history.filter_history`, a Java regex over a column).
+# table's rows (`lag.history.filter_history`, a Java regex over a column), and a Structured
+# Streaming query's subscribePattern, searched in topic names as Spark's Kafka source does (a
+# Java regex, `checkpoint.restart.java_finder`).
 REGEX_SELECTION_HOMES = {
     "lib/ferry/config/model.py": "fullmatch",
     "lib/ferry/lag/history.py": "rlike",
+    "lib/ferry/checkpoint/restart.py": "rlike",
 }
 
 

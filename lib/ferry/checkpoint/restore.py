@@ -9,7 +9,8 @@ destination produced would make it read the wrong records). A newer batch that d
 from it was written by the query on the source, still running when Ferry translated: putting
 the originals back is what makes its log whole again, so that is allowed. All files or none,
 each replaced whole (`ferry.checkpoint.rewrite.replace`); intent and outcome in the ledger;
-killed at any point, the same command again finishes it.
+killed at any point, the same command again finishes it. A run that a later run (not rolled
+back, not aborted) followed is refused: roll the later one back first.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def rollback_job(
     translations = runs.batch_files(store, f"{folder}/translated/offsets")
     translations |= runs.start_files(store, f"{folder}/translated")
     progress(f"run {run_id} rewrote {', '.join(offsets_name(b) for b in originals)}")
+    later = [r for r in runs.run_ids(store) if r > run_id and runs.read_run(store, r)]
+    if later:
+        # Its files hold what the later run wrote (or the query's batches on them): putting
+        # this run's originals back under them would mix two moves.
+        raise FerryError(
+            f"{store.root}: not rolled back: run {later[-1]} rewrote the checkpoint after run "
+            f"{run_id}; roll it back first"
+        )
     seen = LogsSeen.list(store)
     newest = seen.offsets[-1] if seen.offsets else None
     wrote = max(b for b in originals if isinstance(b, int))

@@ -24,7 +24,7 @@ from ferry.migrate.model import Plan
 from ferry.status import GroupStatus
 
 if TYPE_CHECKING:
-    from ferry.checkpoint.translate import Checkpoint
+    from ferry.checkpoint.reading import Checkpoint
 
 
 def set_name(batch: int, index: int | str) -> str:

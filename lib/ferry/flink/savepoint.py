@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ferry import kafka
 from ferry.checkpoint import positions as engine
-from ferry.checkpoint.translate import check_source_range
+from ferry.checkpoint.sets import check_source_range
 from ferry.config import FerryConfig
 from ferry.errors import FerryError, UsageError
 from ferry.flink import into_group as into_group_module

@@ -2,9 +2,9 @@
 
 - `cluster`: a cluster's properties, time limits and reader settings, built one way from the
   config, and the one consumer configuration;
-- `metadata`, `log_offsets`, `groups`: topics, watermarks, groups, committed offsets, deletes,
-  all in bulk, under one retry policy (`retry`, classifying errors with `failures`; `admin`
-  re-exports them for old importers);
+- `metadata`, `log_offsets`, `groups`: cluster ids, topics, watermarks, groups, committed
+  offsets, deletes, all in bulk, under one retry policy (`retry`, classifying errors with
+  `failures`; `admin` re-exports them for old importers);
 - `isolated`: a worker process for the one admin call that can crash the client (committed
   offsets: librdkafka issue 5040);
 - `commits`: group offsets written one request per group, confirmed by reading them back;
@@ -36,6 +36,7 @@ _HOMES = {
     "alter_offsets_each": "ferry.kafka.commits",
     "by_state": "ferry.kafka.commits",
     "check_reachable": "ferry.kafka.metadata",
+    "cluster_id": "ferry.kafka.metadata",
     "committed_offsets": "ferry.kafka.groups",
     "delete_groups": "ferry.kafka.groups",
     "describe_groups": "ferry.kafka.groups",

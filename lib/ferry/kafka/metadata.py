@@ -1,5 +1,6 @@
-"""A cluster's metadata: whether it answers at all (`check_reachable`, naming why not), and
-its topics with their partition counts. Retried as every admin call (`ferry.kafka.retry`)."""
+"""A cluster's metadata: whether it answers at all (`check_reachable`, naming why not), its id
+(`cluster_id`), and its topics with their partition counts. Retried as every admin call
+(`ferry.kafka.retry`)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,18 @@ def list_topics(cluster: Cluster, include_internal: bool = False) -> dict[str, i
         for name, t in metadata.topics.items()
         if t.error is None and (include_internal or not name.startswith("__"))
     }
+
+
+def cluster_id(cluster: Cluster) -> str:
+    """The cluster's id (DescribeCluster): what tells two clusters apart whatever their
+    bootstrap addresses (a checkpoint run records it, `ferry.checkpoint.runs`)."""
+    answer = call_with_retries(
+        cluster,
+        "describe cluster",
+        lambda admin: admin.describe_cluster(request_timeout=cluster.attempt_s).result(
+            timeout=cluster.attempt_s + 1
+        ),
+    )
+    if not answer.cluster_id:
+        raise ClusterError(f"{cluster.name}: DescribeCluster named no cluster id")
+    return str(answer.cluster_id)
