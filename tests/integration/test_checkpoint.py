@@ -445,7 +445,8 @@ def test_a_run_stopped_between_its_files_is_finished_by_the_next_and_rolled_back
     translated = offsets_files(path)
     (run,) = [p.name for p in (path / "ferry").iterdir()]
     (path / "offsets" / "4").write_bytes(before["4"])  # as if never rewritten
-    (path / "offsets" / ".4.crc").unlink()
+    # Ferry's local replace leaves no checksum; an older one's would not match the original
+    (path / "offsets" / ".4.crc").unlink(missing_ok=True)
     again = run_job(
         "migrate", "--config", config, "--checkpoint", str(path), "--idle", "0s", "--execute"
     )

@@ -89,8 +89,9 @@ class Watcher:
                 continue
             self.events.append((name, mask))
             if len(self.events) == self.kill_at and self.pgid is not None:
-                os.killpg(self.pgid, signal.SIGKILL)
+                # said first: the test's thread may see the job end before this one goes on
                 self.killed_at = (name, mask)
+                os.killpg(self.pgid, signal.SIGKILL)
 
     def close(self) -> list[tuple[str, int]]:
         self._stop.set()

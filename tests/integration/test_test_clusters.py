@@ -43,8 +43,9 @@ def test_the_testing_package_starts_only_kafka_jvms():
     """Every process `ferry.testing` starts is a `java` command built by `brokers._java`
     (Kafka's main classes on Kafka's classpath), one of the real peers (MirrorMaker 2, the
     kafka-consumer-groups tool, Burrow and the ZooKeeper it needs, Hadoop's MiniCluster, a
-    Structured Streaming query, a Spark Connect server), or openssl, the Ivy fetch and Spark's
-    resolution of the tests' `--packages`; a test fails if a module starts anything else."""
+    Structured Streaming query, a Spark Connect server, a Flink job), or openssl, the Ivy
+    fetch and Spark's resolution of the tests' `--packages`; a test fails if a module starts
+    anything else."""
     launches = []
     for path in sorted(TESTING.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -80,6 +81,12 @@ def test_the_testing_package_starts_only_kafka_jvms():
         ("streaming.py", "_command(spec)"),
         # PySpark's own Spark Connect server (SparkConnectServer through spark-submit)
         ("connect_server.py", "command"),
+        # the test server's gRPC interceptor that refuses what serverless refuses
+        # (ServerlessLimits.java), compiled with javac against PySpark's jars
+        ("connect_server.py", "[javac"),
+        # a real Flink job on a mini-cluster (flink_job/FlinkCountJob.java: a KafkaSource, a
+        # keyed count, a sink), compiled once and run by java
+        ("flink_job.py", "java_command("),
     }
     for name, first in launches:
         assert any(name == a and first.startswith(b) for a, b in allowed), (name, first)
