@@ -237,6 +237,15 @@ def union(clusters, spark, tmp_path_factory):
     }
 
 
+def killed_at_event(k: int, path: Path, argv: tuple, union: dict, original, translated):  # noqa: ANN001, ANN201
+    """The job on `path` SIGKILLed at the k-th change of an offsets file, then what
+    `after_the_kill` finds (and the same command run again)."""
+    watcher = Watcher(path / "offsets", kill_at=k)
+    spark_submit(watcher, union["config"], *argv)
+    watcher.close()
+    return after_the_kill(watcher, path, original, translated, union["config"], argv)
+
+
 def test_a_rewrite_killed_at_each_change_of_a_file_leaves_none_missing_and_ends_exact(union):
     original, translated = offsets_files(union["original"]), union["translated"]
     rounds, found = union["rewrite_events"], {}
@@ -246,10 +255,7 @@ def test_a_rewrite_killed_at_each_change_of_a_file_leaves_none_missing_and_ends_
         shutil.copytree(union["original"], path)
         stopped_an_hour_ago(path)
         argv = ("--checkpoint", str(path), "--execute")
-        watcher = Watcher(path / "offsets", kill_at=k)
-        spark_submit(watcher, union["config"], *argv)
-        watcher.close()
-        found[k] = after_the_kill(watcher, path, original, translated, union["config"], argv)
+        found[k] = killed_at_event(k, path, argv, union, original, translated)
     print(f"rewrite: {rounds} rounds: {found}")
     assert found == {k: (True, [], 0, "translated") for k in found}, found
 
@@ -271,9 +277,6 @@ def test_a_rollback_killed_at_each_change_of_a_file_leaves_none_missing_and_ends
         path = union["tmp"] / f"r{k}"
         shutil.copytree(union["clean"], path)
         argv = ("--checkpoint", str(path), "--rollback", run, "--execute")
-        watcher = Watcher(path / "offsets", kill_at=k)
-        spark_submit(watcher, union["config"], *argv)
-        watcher.close()
-        found[k] = after_the_kill(watcher, path, original, translated, union["config"], argv)
+        found[k] = killed_at_event(k, path, argv, union, original, translated)
     print(f"rollback: {rounds} rounds: {found}")
     assert found == {k: (True, [], 0, "original") for k in found}, found

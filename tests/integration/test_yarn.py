@@ -387,20 +387,15 @@ def test_the_readme_yarn_command_runs_as_written_with_the_shipped_config(yarn, t
         dst.stop()
 
 
-def test_a_checkpoint_on_hdfs_killed_inside_its_rewrite_is_finished_by_the_rerun(
-    yarn, clusters, spark, unique, tmp_path
-):
-    """`migrate --checkpoint hdfs://...` killed inside a file's replace (its temporary file
-    whole, not yet renamed over offsets/4): on HDFS every offsets file is still the original or
-    the translation, and the same command again ends as a run on a local copy ends, through
-    HDFS's rename with overwrite (FileContext)."""
+def hdfs_checkpoint_world(clusters, unique: str, tmp_path: Path):  # noqa: ANN001, ANN201
+    """The two HDFS checkpoint tests' world: a topic on both clusters (the destination 7
+    records ahead on partition 0), a real query's checkpoint on the local disk, and that
+    checkpoint translated once on a local copy. (config, the local checkpoint, its original
+    offsets files, their translations.)"""
     import shutil
-
-    from ferry.checkpoint.store import HadoopStore
 
     from .jobrunner import run_job, write_migrate_config
     from .test_checkpoint import offsets_files, records, spark_checkpoint
-    from .test_checkpoint_killed import killed_at
 
     src, dst = clusters
     topic = f"{unique}-events"
@@ -412,18 +407,42 @@ def test_a_checkpoint_on_hdfs_killed_inside_its_rewrite_is_finished_by_the_rerun
         produce(dst.config, topic, p, records(topic, p, 0, 30))
     config = write_migrate_config(tmp_path, src, dst, unique)
     local = spark_checkpoint(tmp_path / "local", topic)
-    original = offsets_files(local)
     shutil.copytree(local, tmp_path / "clean")
     argv = ("--idle", "0s", "--execute")
     clean = run_job("migrate", "--config", config, "--checkpoint", tmp_path / "clean", *argv)
     assert clean.code == 0, clean.stderr
-    translated = offsets_files(tmp_path / "clean")
+    return config, local, offsets_files(local), offsets_files(tmp_path / "clean")
 
-    root = f"{yarn.fs}/checkpoints/{unique}"
-    hdfs = HadoopStore(spark, root)
+
+def upload(hdfs, local: Path, modified_ms: int | None = None) -> None:  # noqa: ANN001
+    """A local checkpoint's files (not Hadoop's checksums) written to an HDFS store, each
+    dated `modified_ms` when given."""
     for file in local.rglob("*"):
         if file.is_file() and not file.name.endswith(".crc"):
-            hdfs.write(str(file.relative_to(local)), file.read_bytes())
+            name = str(file.relative_to(local))
+            hdfs.write(name, file.read_bytes())
+            if modified_ms is not None:
+                hdfs._fs.setTimes(hdfs._path(name), modified_ms, -1)
+
+
+def test_a_checkpoint_on_hdfs_killed_inside_its_rewrite_is_finished_by_the_rerun(
+    yarn, clusters, spark, unique, tmp_path
+):
+    """`migrate --checkpoint hdfs://...` killed inside a file's replace (its temporary file
+    whole, not yet renamed over offsets/4): on HDFS every offsets file is still the original or
+    the translation, and the same command again ends as a run on a local copy ends, through
+    HDFS's rename with overwrite (FileContext)."""
+
+    from ferry.checkpoint.store import HadoopStore
+
+    from .jobrunner import run_job
+    from .test_checkpoint_killed import killed_at
+
+    config, local, original, translated = hdfs_checkpoint_world(clusters, unique, tmp_path)
+    argv = ("--idle", "0s", "--execute")
+    root = f"{yarn.fs}/checkpoints/{unique}"
+    hdfs = HadoopStore(spark, root)
+    upload(hdfs, local)
 
     def on_hdfs() -> dict[str, bytes]:
         names = [f.name for f in hdfs.list("offsets") if f.name.isdigit()]
@@ -449,42 +468,19 @@ def test_a_checkpoint_on_hdfs_killed_the_moment_a_file_changes_is_never_missing_
     offsets file replaced (WebHDFS LISTSTATUS polled), once per file: a replace on HDFS is one
     rename with overwrite, so no listing shows a file missing; the same command again, with the
     default --idle on a checkpoint stopped an hour ago, ends exact (exit 0)."""
-    import shutil
     import sys
 
     from ferry.checkpoint.store import HadoopStore
 
-    from .jobrunner import run_job, write_migrate_config
-    from .test_checkpoint import offsets_files, records, spark_checkpoint
+    from .jobrunner import run_job
 
-    src, dst = clusters
-    topic = f"{unique}-events"
-    create_topics(src.config, {topic: 2})
-    create_topics(dst.config, {topic: 2})
-    produce(dst.config, topic, 0, [Record(b"x", b"old", BASE)] * 7)
-    for p in range(2):
-        produce(src.config, topic, p, records(topic, p, 0, 30))
-        produce(dst.config, topic, p, records(topic, p, 0, 30))
-    config = write_migrate_config(tmp_path, src, dst, unique)
-    local = spark_checkpoint(tmp_path / "local", topic)
-    original = offsets_files(local)
-    shutil.copytree(local, tmp_path / "clean")
-    clean = run_job(
-        "migrate", "--config", config, "--checkpoint", tmp_path / "clean", "--idle", "0s",
-        "--execute",
-    )  # fmt: skip
-    assert clean.code == 0, clean.stderr
-    translated = offsets_files(tmp_path / "clean")
+    config, local, original, translated = hdfs_checkpoint_world(clusters, unique, tmp_path)
     an_hour_ago = int((time.time() - 3600) * 1000)
     seen: dict[int, tuple[list[str], dict]] = {}
     for k in (1, 2):  # killed once offsets/4 is replaced, once offsets/5 is
         folder = f"/checkpoints/{unique}-{k}"
         hdfs = HadoopStore(spark, f"{yarn.fs}{folder}")
-        for file in local.rglob("*"):
-            if file.is_file() and not file.name.endswith(".crc"):
-                name = str(file.relative_to(local))
-                hdfs.write(name, file.read_bytes())
-                hdfs._fs.setTimes(hdfs._path(name), an_hour_ago, -1)
+        upload(hdfs, local, modified_ms=an_hour_ago)
         before = yarn.list_status(f"{folder}/offsets")
         argv = ("--config", config, "--checkpoint", hdfs.root, "--execute")
         job = subprocess.Popen(
